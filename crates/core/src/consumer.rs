@@ -1,0 +1,106 @@
+//! What a queue knows of a consumer, and the outbox through which queues hand deliveries to a
+//! connection.
+//!
+//! The outbox is the one place where several queue tasks meet one connection task. Queues never
+//! wait on a connection: they append a batch under a short lock and wake the connection. It is
+//! bounded by credit, not by capacity: a queue only delivers against credit the connection
+//! granted (`limits::CONSUMER_FLOW_CREDIT_MAX` or the prefetch count), so its length never
+//! exceeds the sum of the credit of the connection's consumers.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::message::Message;
+use crate::queue::QueueHandle;
+
+/// Identifies a connection broker-wide (exclusive queue ownership, consumer bookkeeping).
+pub type ConnectionId = u64;
+/// Identifies a consumer broker-wide; unique across queues and connections.
+pub type ConsumerId = u64;
+
+/// A subscription as the queue sees it.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    pub id: ConsumerId,
+    pub connection: ConnectionId,
+    /// The protocol's channel (0.9.1) or link handle the consumer lives on.
+    pub channel: u16,
+    pub tag: Arc<str>,
+    /// Deliveries are settled when sent (no-ack / pre-settled).
+    pub no_ack: bool,
+    pub exclusive: bool,
+    /// `x-priority`: consumers of higher priority get messages while they have credit.
+    pub priority: i64,
+    /// Deliveries the queue may send before the connection grants more.
+    pub credit: u32,
+    pub outbox: Arc<Outbox>,
+}
+
+/// One message handed to a consumer (or to a basic.get caller).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub channel: u16,
+    pub consumer: ConsumerId,
+    pub consumer_tag: Arc<str>,
+    pub queue: QueueHandle,
+    /// The queue's sequence number of the message, used to settle it.
+    pub seq: u64,
+    pub message: Arc<Message>,
+    pub redelivered: bool,
+}
+
+/// What a queue tells a connection.
+#[derive(Debug)]
+pub enum Event {
+    Deliver(Delivery),
+    /// The queue cancelled the consumer (queue deleted): the client is told with basic.cancel.
+    ConsumerCancelled {
+        channel: u16,
+        consumer: ConsumerId,
+        consumer_tag: Arc<str>,
+    },
+}
+
+/// The connection's inbox for queue events; see the module doc for why it needs no capacity.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    events: Mutex<Vec<Event>>,
+    notify: Notify,
+}
+
+impl Outbox {
+    pub fn new() -> Arc<Outbox> {
+        Arc::new(Outbox::default())
+    }
+
+    /// Appends a batch and wakes the connection once.
+    pub fn push_batch(&self, batch: &mut Vec<Event>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.events.lock().append(batch);
+        self.notify.notify_one();
+    }
+
+    pub fn push(&self, event: Event) {
+        self.events.lock().push(event);
+        self.notify.notify_one();
+    }
+
+    /// Moves every pending event into `into` (which the caller keeps to reuse its allocation).
+    pub fn take_all(&self, into: &mut Vec<Event>) {
+        let mut events = self.events.lock();
+        if into.is_empty() {
+            std::mem::swap(&mut *events, into);
+        } else {
+            into.append(&mut events);
+        }
+    }
+
+    /// Resolves once events were pushed since the last call (a push before the wait counts).
+    pub async fn notified(&self) {
+        self.notify.notified().await;
+    }
+}

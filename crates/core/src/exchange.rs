@@ -1,0 +1,77 @@
+//! Exchange declarations.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{resource_name, BrokerError, ErrorKind};
+use crate::value::Table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeType {
+    Direct,
+    Fanout,
+    Topic,
+    Headers,
+}
+
+impl ExchangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Headers => "headers",
+        }
+    }
+}
+
+impl fmt::Display for ExchangeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ExchangeType {
+    type Err = BrokerError;
+
+    fn from_str(kind: &str) -> Result<ExchangeType, BrokerError> {
+        match kind {
+            "direct" => Ok(ExchangeType::Direct),
+            "fanout" => Ok(ExchangeType::Fanout),
+            "topic" => Ok(ExchangeType::Topic),
+            "headers" => Ok(ExchangeType::Headers),
+            // RabbitMQ closes the connection with 503 for an unknown exchange type.
+            other => Err(BrokerError::new(
+                ErrorKind::CommandInvalid,
+                format!("invalid exchange type '{other}'"),
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeDef {
+    pub name: Arc<str>,
+    pub vhost: Arc<str>,
+    #[serde(rename = "type")]
+    pub kind: ExchangeType,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: Table,
+}
+
+impl ExchangeDef {
+    pub fn resource(&self) -> String {
+        resource_name("exchange", &self.name, &self.vhost)
+    }
+
+    /// The `alternate-exchange` argument, where unroutable messages go.
+    pub fn alternate_exchange(&self) -> Option<&str> {
+        self.arguments.get("alternate-exchange").and_then(|v| v.as_str())
+    }
+}

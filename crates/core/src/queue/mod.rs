@@ -1,0 +1,158 @@
+//! The queue interface every queue type implements (RabbitMQ's `rabbit_queue_type`).
+//!
+//! A queue is a state machine owned by one task. Callers talk to it only through its bounded
+//! mailbox, in batches (`Publish` carries many messages, `Settle` many sequence numbers); it
+//! answers through oneshot replies and hands deliveries to consumers' outboxes. A full mailbox
+//! makes the publisher wait, which stops its socket reader: that is the credit flow from queue
+//! back to the client. Quorum and stream queues will implement the same commands.
+
+pub mod classic;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::consumer::{ConnectionId, Consumer, ConsumerId, Delivery};
+use crate::error::{resource_name, BrokerError};
+use crate::message::Message;
+use crate::value::Table;
+
+/// The declared shape of a queue; compared on redeclaration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDef {
+    pub name: Arc<str>,
+    pub vhost: Arc<str>,
+    pub durable: bool,
+    /// The connection that declared an exclusive queue; `None` for shared queues.
+    pub exclusive_owner: Option<ConnectionId>,
+    pub auto_delete: bool,
+    pub arguments: Table,
+}
+
+impl QueueDef {
+    /// `queue 'orders' in vhost '/'`, for error texts.
+    pub fn resource(&self) -> String {
+        resource_name("queue", &self.name, &self.vhost)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOp {
+    /// Processed: forget the message.
+    Ack,
+    /// Rejected without requeue: drop it (dead-lettering comes with queue features).
+    Discard,
+    /// Put back at its original position, marked redelivered.
+    Requeue,
+}
+
+/// Counts reported to declare-ok, purge-ok and the management API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueInfo {
+    pub messages: u32,
+    pub consumers: u32,
+}
+
+/// The answer to a basic.get: the delivery and how many messages remain ready.
+#[derive(Debug)]
+pub struct GetOk {
+    pub delivery: Delivery,
+    pub remaining: u32,
+}
+
+/// Requests a queue task handles, in mailbox order.
+#[derive(Debug)]
+pub enum QueueCmd {
+    Publish(Vec<Arc<Message>>),
+    Consume {
+        consumer: Consumer,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
+    },
+    Cancel {
+        consumer: ConsumerId,
+        reply: Option<oneshot::Sender<()>>,
+    },
+    /// More deliveries the consumer may receive.
+    Credit { consumer: ConsumerId, credit: u32 },
+    Settle { op: SettleOp, seqs: Vec<u64> },
+    Get {
+        channel: u16,
+        no_ack: bool,
+        reply: oneshot::Sender<Option<GetOk>>,
+    },
+    Purge { reply: oneshot::Sender<u32> },
+    Delete {
+        if_unused: bool,
+        if_empty: bool,
+        reply: oneshot::Sender<Result<u32, BrokerError>>,
+    },
+    Info { reply: oneshot::Sender<QueueInfo> },
+}
+
+/// A cheap, cloneable reference to a running queue.
+#[derive(Clone)]
+pub struct QueueHandle(Arc<HandleInner>);
+
+struct HandleInner {
+    def: QueueDef,
+    mailbox: mpsc::Sender<QueueCmd>,
+}
+
+impl fmt::Debug for QueueHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QueueHandle({})", self.0.def.name)
+    }
+}
+
+impl QueueHandle {
+    pub fn new(def: QueueDef, mailbox: mpsc::Sender<QueueCmd>) -> QueueHandle {
+        QueueHandle(Arc::new(HandleInner { def, mailbox }))
+    }
+
+    pub fn def(&self) -> &QueueDef {
+        &self.0.def
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.0.def.name
+    }
+
+    pub fn same(&self, other: &QueueHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Sends a command, waiting while the mailbox is full (back-pressure). Fails only when the
+    /// queue has stopped (deleted), which callers report as 404.
+    pub async fn send(&self, cmd: QueueCmd) -> Result<(), BrokerError> {
+        self.0
+            .mailbox
+            .send(cmd)
+            .await
+            .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
+    }
+
+    /// Sends without waiting; used where the caller must not block (connection teardown).
+    pub fn try_send(&self, cmd: QueueCmd) -> bool {
+        self.0.mailbox.try_send(cmd).is_ok()
+    }
+
+    pub async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> QueueCmd,
+    ) -> Result<T, BrokerError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.send(make(reply_tx)).await?;
+        reply_rx
+            .await
+            .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
+    }
+
+    pub async fn info(&self) -> Result<QueueInfo, BrokerError> {
+        self.request(|reply| QueueCmd::Info { reply }).await
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.mailbox.is_closed()
+    }
+}

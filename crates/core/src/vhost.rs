@@ -1,0 +1,269 @@
+//! A virtual host: its exchanges, queues and bindings, and the routing snapshot built from them.
+//!
+//! Declarations take `meta` (a short, synchronous lock never held across `.await`), change it,
+//! write the durable part to disk, and swap in a new routing snapshot. Publishers only read
+//! the snapshot.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use crate::binding::{Binding, Destination};
+use crate::consumer::ConnectionId;
+use crate::definitions::{self, QueueRecord, VHostDefinitions};
+use crate::error::{resource_name, BrokerError};
+use crate::exchange::{ExchangeDef, ExchangeType};
+use crate::limits::NAME_BYTES_MAX;
+use crate::queue::{classic, QueueCmd, QueueDef, QueueHandle};
+use crate::routing::headers::MatchMode;
+use crate::routing::RoutingSnapshot;
+use crate::value::{Table, Value};
+
+/// The exchanges every vhost has, as RabbitMQ pre-declares them.
+const PREDECLARED: [(&str, ExchangeType); 6] = [
+    ("amq.direct", ExchangeType::Direct),
+    ("amq.fanout", ExchangeType::Fanout),
+    ("amq.topic", ExchangeType::Topic),
+    ("amq.headers", ExchangeType::Headers),
+    ("amq.match", ExchangeType::Headers),
+    ("amq.rabbitmq.trace", ExchangeType::Topic),
+];
+
+/// A queue.declare request.
+#[derive(Debug, Clone)]
+pub struct QueueDeclare {
+    pub name: String,
+    pub passive: bool,
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    pub arguments: Table,
+}
+
+/// An exchange.declare request.
+#[derive(Debug, Clone)]
+pub struct ExchangeDeclare {
+    pub name: String,
+    pub kind: String,
+    pub passive: bool,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: Table,
+}
+
+#[derive(Default)]
+struct Meta {
+    exchanges: HashMap<Arc<str>, ExchangeDef>,
+    queues: HashMap<Arc<str>, QueueHandle>,
+    bindings: Vec<Binding>,
+}
+
+pub struct VHost {
+    name: Arc<str>,
+    meta: Mutex<Meta>,
+    snapshot: ArcSwap<RoutingSnapshot>,
+    definitions_path: PathBuf,
+    this: Weak<VHost>,
+}
+
+impl VHost {
+    /// Creates the vhost, pre-declares `amq.*` and recovers durable definitions from disk.
+    pub fn open(name: &str, data_dir: &std::path::Path) -> std::io::Result<Arc<VHost>> {
+        let vhost = Arc::new_cyclic(|this| VHost {
+            name: Arc::from(name),
+            meta: Mutex::new(Meta::default()),
+            snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
+            definitions_path: definitions::path_for(data_dir, name),
+            this: this.clone(),
+        });
+        {
+            let mut meta = vhost.meta.lock();
+            for (exchange, kind) in PREDECLARED {
+                let def = vhost.exchange_def(exchange, kind, true, false, false, Table::new());
+                meta.exchanges.insert(def.name.clone(), def);
+            }
+            if let Some(saved) = definitions::load(&vhost.definitions_path)? {
+                vhost.recover(&mut meta, saved);
+            }
+            vhost.publish_snapshot(&meta);
+        }
+        Ok(vhost)
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The current routing snapshot; cheap, lock-free.
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
+        self.snapshot.load()
+    }
+
+    fn recover(&self, meta: &mut Meta, saved: VHostDefinitions) {
+        for def in saved.exchanges {
+            meta.exchanges.insert(def.name.clone(), def);
+        }
+        for record in saved.queues {
+            let def = QueueDef {
+                name: record.name.clone(),
+                vhost: self.name.clone(),
+                durable: true,
+                exclusive_owner: None,
+                auto_delete: record.auto_delete,
+                arguments: record.arguments,
+            };
+            let handle = self.spawn_queue(def);
+            meta.queues.insert(record.name, handle);
+        }
+        meta.bindings = saved.bindings;
+        tracing::info!(
+            vhost = %self.name,
+            exchanges = meta.exchanges.len(),
+            queues = meta.queues.len(),
+            bindings = meta.bindings.len(),
+            "recovered definitions"
+        );
+    }
+
+    fn exchange_def(
+        &self,
+        name: &str,
+        kind: ExchangeType,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Table,
+    ) -> ExchangeDef {
+        ExchangeDef {
+            name: Arc::from(name),
+            vhost: self.name.clone(),
+            kind,
+            durable,
+            auto_delete,
+            internal,
+            arguments,
+        }
+    }
+
+    fn spawn_queue(&self, def: QueueDef) -> QueueHandle {
+        let vhost = self.this.clone();
+        let name = def.name.clone();
+        let on_auto_delete = Box::new(move || {
+            if let Some(vhost) = vhost.upgrade() {
+                vhost.forget_queue(&name);
+            }
+        });
+        classic::spawn(def, on_auto_delete)
+    }
+
+    /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are
+    /// published in the order of the changes).
+    fn publish_snapshot(&self, meta: &Meta) {
+        let snapshot =
+            RoutingSnapshot::build(&self.name, &meta.exchanges, &meta.queues, &meta.bindings);
+        self.snapshot.store(Arc::new(snapshot));
+    }
+
+    /// Writes the durable definitions. A failure is logged and reported: the change is live
+    /// but would not survive a restart, which the client must learn.
+    fn persist(&self, meta: &Meta) -> Result<(), BrokerError> {
+        let durable_queue = |name: &Arc<str>| {
+            meta.queues
+                .get(name)
+                .is_some_and(|q| q.def().durable && q.def().exclusive_owner.is_none())
+        };
+        let durable_exchange =
+            |name: &Arc<str>| meta.exchanges.get(name).is_some_and(|e| e.durable);
+        let mut saved = VHostDefinitions {
+            vhost: self.name.to_string(),
+            ..Default::default()
+        };
+        saved.exchanges = meta
+            .exchanges
+            .values()
+            .filter(|e| e.durable && !is_predeclared(&e.name))
+            .cloned()
+            .collect();
+        saved.queues = meta
+            .queues
+            .values()
+            .filter(|q| durable_queue(q.name()))
+            .map(|q| QueueRecord {
+                name: q.name().clone(),
+                auto_delete: q.def().auto_delete,
+                arguments: q.def().arguments.clone(),
+            })
+            .collect();
+        saved.bindings = meta
+            .bindings
+            .iter()
+            .filter(|b| durable_exchange(&b.source))
+            .filter(|b| match &b.destination {
+                Destination::Queue(name) => durable_queue(name),
+                Destination::Exchange(name) => durable_exchange(name),
+            })
+            .cloned()
+            .collect();
+        saved.exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        saved.queues.sort_by(|a, b| a.name.cmp(&b.name));
+        definitions::save(&self.definitions_path, saved).map_err(|error| {
+            tracing::error!(vhost = %self.name, %error, "cannot write definitions");
+            BrokerError::internal(format!(
+                "cannot write definitions to {}: {error}",
+                self.definitions_path.display()
+            ))
+        })
+    }
+
+    fn no_exchange(&self, name: &str) -> BrokerError {
+        BrokerError::not_found(format!("no {}", resource_name("exchange", name, &self.name)))
+    }
+
+    fn no_queue(&self, name: &str) -> BrokerError {
+        BrokerError::not_found(format!("no {}", resource_name("queue", name, &self.name)))
+    }
+}
+
+fn is_predeclared(name: &str) -> bool {
+    PREDECLARED.iter().any(|(n, _)| *n == name)
+}
+
+fn check_name(kind: &str, name: &str) -> Result<(), BrokerError> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(BrokerError::precondition_failed(format!(
+            "{kind} name is {} bytes, the limit is {NAME_BYTES_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// RabbitMQ's text for a redeclaration that does not match the existing entity.
+fn inequivalent(arg: &str, resource: &str, received: &str, current: &str) -> BrokerError {
+    BrokerError::precondition_failed(format!(
+        "inequivalent arg '{arg}' for {resource}: received '{received}' but current is '{current}'"
+    ))
+}
+
+/// Compares declared arguments key by key, naming the first that differs.
+fn compare_arguments(resource: &str, received: &Table, current: &Table) -> Result<(), BrokerError> {
+    let none = Value::Void;
+    let mut keys: Vec<&String> = received.keys().chain(current.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let (new, old) = (received.get(key), current.get(key));
+        if new != old {
+            let show = |v: Option<&Value>| v.unwrap_or(&none).to_string();
+            return Err(inequivalent(key, resource, &show(new), &show(old)));
+        }
+    }
+    Ok(())
+}
+
+mod exchanges;
+mod queues;

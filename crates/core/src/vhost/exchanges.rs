@@ -1,0 +1,230 @@
+//! Exchange declaration, deletion and bindings.
+
+use std::sync::Arc;
+
+use super::*;
+
+impl VHost {
+    pub fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
+        check_name("exchange", &req.name)?;
+        let mut meta = self.meta.lock();
+        if let Some(existing) = meta.exchanges.get(req.name.as_str()) {
+            if req.passive {
+                return Ok(());
+            }
+            return check_equivalent_exchange(existing, &req);
+        }
+        if req.passive {
+            return Err(self.no_exchange(&req.name));
+        }
+        if req.name.is_empty() || req.name.starts_with("amq.") {
+            return Err(BrokerError::access_refused(format!(
+                "exchange name '{}' contains reserved prefix 'amq.*'",
+                req.name
+            )));
+        }
+        let kind: ExchangeType = req.kind.parse()?;
+        if let Some(value) = req.arguments.get("alternate-exchange") {
+            if value.as_str().is_none() {
+                return Err(BrokerError::precondition_failed(format!(
+                    "invalid arg 'alternate-exchange' for {}: expected a string, got {value}",
+                    resource_name("exchange", &req.name, &self.name)
+                )));
+            }
+        }
+        let def = self.exchange_def(
+            &req.name,
+            kind,
+            req.durable,
+            req.auto_delete,
+            req.internal,
+            req.arguments,
+        );
+        let durable = def.durable;
+        meta.exchanges.insert(def.name.clone(), def);
+        self.publish_snapshot(&meta);
+        if durable {
+            self.persist(&meta)?;
+        }
+        Ok(())
+    }
+
+    pub fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<(), BrokerError> {
+        if name.is_empty() || name.starts_with("amq.") {
+            return Err(BrokerError::access_refused(format!(
+                "operation not permitted on {}",
+                if name.is_empty() {
+                    "the default exchange".to_string()
+                } else {
+                    resource_name("exchange", name, &self.name)
+                }
+            )));
+        }
+        let mut meta = self.meta.lock();
+        let Some(def) = meta.exchanges.get(name) else {
+            // RabbitMQ treats deleting a missing exchange as done.
+            return Ok(());
+        };
+        if if_unused && meta.bindings.iter().any(|b| &*b.source == name) {
+            return Err(BrokerError::precondition_failed(format!(
+                "{} in use",
+                def.resource()
+            )));
+        }
+        let durable = def.durable;
+        meta.exchanges.remove(name);
+        meta.bindings.retain(|b| {
+            &*b.source != name && b.destination != Destination::Exchange(Arc::from(name))
+        });
+        self.publish_snapshot(&meta);
+        if durable {
+            self.persist(&meta)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a binding (idempotent). `destination` names a queue or an exchange.
+    pub fn bind(
+        &self,
+        source: &str,
+        destination: Destination,
+        routing_key: &str,
+        arguments: Table,
+        connection: ConnectionId,
+    ) -> Result<(), BrokerError> {
+        let mut meta = self.meta.lock();
+        self.check_binding_ends(&meta, source, &destination, connection)?;
+        if meta.exchanges.get(source).map(|e| e.kind) == Some(ExchangeType::Headers) {
+            MatchMode::from_arguments(&arguments)?;
+        }
+        let binding = Binding {
+            source: Arc::from(source),
+            destination,
+            routing_key: Arc::from(routing_key),
+            arguments,
+        };
+        if meta.bindings.contains(&binding) {
+            return Ok(());
+        }
+        meta.bindings.push(binding);
+        self.publish_snapshot(&meta);
+        self.persist(&meta)
+    }
+
+    /// Removes a binding; removing one that does not exist succeeds, as in RabbitMQ.
+    pub fn unbind(
+        &self,
+        source: &str,
+        destination: Destination,
+        routing_key: &str,
+        arguments: Table,
+        connection: ConnectionId,
+    ) -> Result<(), BrokerError> {
+        let mut meta = self.meta.lock();
+        self.check_binding_ends(&meta, source, &destination, connection)?;
+        let before = meta.bindings.len();
+        meta.bindings.retain(|b| {
+            !(&*b.source == source
+                && b.destination == destination
+                && &*b.routing_key == routing_key
+                && b.arguments == arguments)
+        });
+        if meta.bindings.len() == before {
+            return Ok(());
+        }
+        self.auto_delete_exchanges(&mut meta, &[Arc::from(source)]);
+        self.publish_snapshot(&meta);
+        self.persist(&meta)
+    }
+
+    fn check_binding_ends(
+        &self,
+        meta: &Meta,
+        source: &str,
+        destination: &Destination,
+        connection: ConnectionId,
+    ) -> Result<(), BrokerError> {
+        let default_exchange = source.is_empty()
+            || matches!(destination, Destination::Exchange(name) if name.is_empty());
+        if default_exchange {
+            return Err(BrokerError::access_refused(format!(
+                "operation not permitted on the default exchange in vhost '{}'",
+                self.name
+            )));
+        }
+        match destination {
+            Destination::Queue(name) => {
+                let queue = meta.queues.get(name).ok_or_else(|| self.no_queue(name))?;
+                check_exclusive(queue, connection)?;
+            }
+            Destination::Exchange(name) => {
+                if !meta.exchanges.contains_key(name) {
+                    return Err(self.no_exchange(name));
+                }
+            }
+        }
+        if !meta.exchanges.contains_key(source) {
+            return Err(self.no_exchange(source));
+        }
+        Ok(())
+    }
+
+    /// Deletes auto-delete exchanges among `sources` that have no bindings left.
+    pub(super) fn auto_delete_exchanges(&self, meta: &mut Meta, sources: &[Arc<str>]) {
+        for source in sources {
+            let unused = !meta.bindings.iter().any(|b| &b.source == source);
+            let auto = meta.exchanges.get(source).is_some_and(|e| e.auto_delete);
+            if unused && auto {
+                meta.exchanges.remove(source);
+                let gone = Destination::Exchange(source.clone());
+                let orphaned: Vec<Arc<str>> = meta
+                    .bindings
+                    .iter()
+                    .filter(|b| b.destination == gone)
+                    .map(|b| b.source.clone())
+                    .collect();
+                meta.bindings.retain(|b| b.destination != gone);
+                self.auto_delete_exchanges(meta, &orphaned);
+            }
+        }
+    }
+}
+
+fn check_equivalent_exchange(
+    existing: &ExchangeDef,
+    req: &ExchangeDeclare,
+) -> Result<(), BrokerError> {
+    let resource = existing.resource();
+    if existing.kind.as_str() != req.kind {
+        return Err(inequivalent("type", &resource, &req.kind, existing.kind.as_str()));
+    }
+    let flags = [
+        ("durable", req.durable, existing.durable),
+        ("auto_delete", req.auto_delete, existing.auto_delete),
+        ("internal", req.internal, existing.internal),
+    ];
+    for (arg, received, current) in flags {
+        if received != current {
+            return Err(inequivalent(
+                arg,
+                &resource,
+                &received.to_string(),
+                &current.to_string(),
+            ));
+        }
+    }
+    compare_arguments(&resource, &req.arguments, &existing.arguments)
+}
+
+/// An exclusive queue may only be used by the connection that declared it.
+pub fn check_exclusive(queue: &QueueHandle, connection: ConnectionId) -> Result<(), BrokerError> {
+    match queue.def().exclusive_owner {
+        Some(owner) if owner != connection => Err(BrokerError::resource_locked(format!(
+            "cannot obtain exclusive access to locked {}. It could be originally declared on \
+             another connection or the exclusive property value does not match that of the \
+             original declaration.",
+            queue.def().resource()
+        ))),
+        _ => Ok(()),
+    }
+}
