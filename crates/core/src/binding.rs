@@ -7,7 +7,11 @@ use serde::{Deserialize, Serialize};
 use crate::value::Table;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "destination_type", content = "destination", rename_all = "lowercase")]
+#[serde(
+    tag = "destination_type",
+    content = "destination",
+    rename_all = "lowercase"
+)]
 pub enum Destination {
     Queue(Arc<str>),
     Exchange(Arc<str>),

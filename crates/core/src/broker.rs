@@ -26,11 +26,18 @@ pub struct Broker {
 
 impl Broker {
     /// Opens the data directory, creating `default_vhost` and recovering its definitions.
-    pub fn open(data_dir: &Path, default_vhost: &str, users: Vec<User>) -> std::io::Result<Arc<Broker>> {
+    pub fn open(
+        data_dir: &Path,
+        default_vhost: &str,
+        users: Vec<User>,
+    ) -> std::io::Result<Arc<Broker>> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
             std::io::Error::new(
                 error.kind(),
-                format!("cannot create data directory {}: {error}", data_dir.display()),
+                format!(
+                    "cannot create data directory {}: {error}",
+                    data_dir.display()
+                ),
             )
         })?;
         let vhost = VHost::open(default_vhost, data_dir)?;
@@ -53,7 +60,12 @@ impl Broker {
     }
 
     /// Checks a user's password and where they connect from.
-    pub fn authenticate(&self, user: &str, password: &str, from_loopback: bool) -> Result<(), String> {
+    pub fn authenticate(
+        &self,
+        user: &str,
+        password: &str,
+        from_loopback: bool,
+    ) -> Result<(), String> {
         let users = self.users.read();
         match users.get(user) {
             Some(u) if u.password == password => {

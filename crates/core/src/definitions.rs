@@ -34,7 +34,9 @@ pub struct VHostDefinitions {
 /// The file holding one vhost's definitions under `data_dir`.
 pub fn path_for(data_dir: &Path, vhost: &str) -> PathBuf {
     let encoded: String = vhost.bytes().map(|b| format!("{b:02x}")).collect();
-    data_dir.join("definitions").join(format!("vhost-{encoded}.json"))
+    data_dir
+        .join("definitions")
+        .join(format!("vhost-{encoded}.json"))
 }
 
 pub fn load(path: &Path) -> std::io::Result<Option<VHostDefinitions>> {

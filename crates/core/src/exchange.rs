@@ -72,6 +72,8 @@ impl ExchangeDef {
 
     /// The `alternate-exchange` argument, where unroutable messages go.
     pub fn alternate_exchange(&self) -> Option<&str> {
-        self.arguments.get("alternate-exchange").and_then(|v| v.as_str())
+        self.arguments
+            .get("alternate-exchange")
+            .and_then(|v| v.as_str())
     }
 }

@@ -220,7 +220,10 @@ impl VHost {
     }
 
     fn no_exchange(&self, name: &str) -> BrokerError {
-        BrokerError::not_found(format!("no {}", resource_name("exchange", name, &self.name)))
+        BrokerError::not_found(format!(
+            "no {}",
+            resource_name("exchange", name, &self.name)
+        ))
     }
 
     fn no_queue(&self, name: &str) -> BrokerError {
@@ -267,3 +270,4 @@ fn compare_arguments(resource: &str, received: &Table, current: &Table) -> Resul
 
 mod exchanges;
 mod queues;
+pub use queues::generate_name;

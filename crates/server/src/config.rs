@@ -127,7 +127,10 @@ mod tests {
     fn malformed_value_names_key_and_line() {
         let error = Config::from_toml("heartbeat = 5\n\namqp_port = \"x\"\n").unwrap_err();
         assert!(error.contains("line 3"), "{error}");
-        assert!(error.contains("amqp_port") || error.contains("integer"), "{error}");
+        assert!(
+            error.contains("amqp_port") || error.contains("integer"),
+            "{error}"
+        );
     }
 
     #[test]

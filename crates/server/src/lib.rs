@@ -1,14 +1,28 @@
 //! The Warren broker process: listeners, one connection type per protocol, config.
 
+pub mod amqp091;
 pub mod config;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use warren_core::{Broker, User};
 
 pub use config::Config;
+
+/// How long shutdown waits for connections to finish closing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// A broker started in this process (the `warren server` command and the tests use it).
 pub struct RunningBroker {
     amqp_addr: SocketAddr,
+    shutdown_tx: watch::Sender<bool>,
+    acceptor: tokio::task::JoinHandle<()>,
 }
 
 impl RunningBroker {
@@ -18,12 +32,64 @@ impl RunningBroker {
     }
 
     /// Stops accepting, closes every connection with 320 CONNECTION_FORCED, and returns once
-    /// the data directory is consistent.
-    pub async fn shutdown(self) {}
+    /// they are gone (or the grace period ends).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown_tx.send(true);
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, self.acceptor).await;
+    }
 }
 
 /// Starts a broker with `config`. Returns once every listener is bound.
 pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
-    let _ = config;
-    anyhow::bail!("the broker is not written yet")
+    let users = vec![User {
+        name: config.default_user.clone(),
+        password: config.default_pass.clone(),
+        loopback_only: config.loopback_users.contains(&config.default_user),
+    }];
+    let broker = Broker::open(&config.data_dir, &config.default_vhost, users)
+        .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    let bind = SocketAddr::new(config.bind_address, config.amqp_port);
+    let listener = TcpListener::bind(bind).await.with_context(|| {
+        format!("cannot listen for AMQP on {bind}: is another broker running? (set --amqp-port)")
+    })?;
+    let amqp_addr = listener.local_addr()?;
+    tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shared = Arc::new(amqp091::Shared {
+        broker,
+        config: Arc::new(config),
+        shutdown: shutdown_rx,
+    });
+    let acceptor = tokio::spawn(accept_loop(listener, shared));
+    Ok(RunningBroker {
+        amqp_addr,
+        shutdown_tx,
+        acceptor,
+    })
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
+    let mut connections = JoinSet::new();
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    connections.spawn(amqp091::serve(socket, peer, shared.clone()));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: log, pause, keep serving.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+        connections.abort_all();
+    }
 }

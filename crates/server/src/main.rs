@@ -1,1 +1,89 @@
-fn main() {}
+//! The `warren` command: `warren server` (the default) runs the broker.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use warren_server::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "warren",
+    version,
+    about = "Warren: a RabbitMQ-compatible message broker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker (the default when no command is given).
+    Server(ServerArgs),
+}
+
+#[derive(clap::Args, Default)]
+struct ServerArgs {
+    /// TOML config file; keys are documented in README.md. Flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// AMQP 0.9.1 port [default: 5672].
+    #[arg(long, value_name = "N")]
+    amqp_port: Option<u16>,
+    /// Data directory [default: ./warren-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address to bind [default: 0.0.0.0].
+    #[arg(long, value_name = "ADDR")]
+    bind_address: Option<std::net::IpAddr>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Server(args)) => args,
+        None => ServerArgs::default(),
+    };
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(port) = args.amqp_port {
+        config.amqp_port = port;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(address) = args.bind_address {
+        config.bind_address = address;
+    }
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(config.log_level.as_str()));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let broker = warren_server::start(config).await?;
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    broker.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("cannot watch SIGINT")?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}

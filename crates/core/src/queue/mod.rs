@@ -37,7 +37,7 @@ impl QueueDef {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SettleOp {
     /// Processed: forget the message.
     Ack,
@@ -74,20 +74,30 @@ pub enum QueueCmd {
         reply: Option<oneshot::Sender<()>>,
     },
     /// More deliveries the consumer may receive.
-    Credit { consumer: ConsumerId, credit: u32 },
-    Settle { op: SettleOp, seqs: Vec<u64> },
+    Credit {
+        consumer: ConsumerId,
+        credit: u32,
+    },
+    Settle {
+        op: SettleOp,
+        seqs: Vec<u64>,
+    },
     Get {
         channel: u16,
         no_ack: bool,
         reply: oneshot::Sender<Option<GetOk>>,
     },
-    Purge { reply: oneshot::Sender<u32> },
+    Purge {
+        reply: oneshot::Sender<u32>,
+    },
     Delete {
         if_unused: bool,
         if_empty: bool,
         reply: oneshot::Sender<Result<u32, BrokerError>>,
     },
-    Info { reply: oneshot::Sender<QueueInfo> },
+    Info {
+        reply: oneshot::Sender<QueueInfo>,
+    },
 }
 
 /// A cheap, cloneable reference to a running queue.
@@ -116,6 +126,11 @@ impl QueueHandle {
 
     pub fn name(&self) -> &Arc<str> {
         &self.0.def.name
+    }
+
+    /// Identity of the running queue, for keying per-queue batches.
+    pub fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 
     pub fn same(&self, other: &QueueHandle) -> bool {

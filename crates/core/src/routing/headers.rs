@@ -52,7 +52,10 @@ mod tests {
     use super::*;
 
     fn table(pairs: &[(&str, Value)]) -> Table {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
     }
 
     #[test]
@@ -70,7 +73,10 @@ mod tests {
     fn x_keys_only_count_with_x() {
         let args = table(&[("x-k", Value::Int(1))]);
         let headers = table(&[("x-k", Value::Int(2))]);
-        assert!(matches(MatchMode::All, &args, Some(&headers)), "x- keys ignored");
+        assert!(
+            matches(MatchMode::All, &args, Some(&headers)),
+            "x- keys ignored"
+        );
         assert!(!matches(MatchMode::AllWithX, &args, Some(&headers)));
         let headers = table(&[("x-k", Value::Int(1))]);
         assert!(matches(MatchMode::AnyWithX, &args, Some(&headers)));

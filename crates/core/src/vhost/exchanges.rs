@@ -196,7 +196,12 @@ fn check_equivalent_exchange(
 ) -> Result<(), BrokerError> {
     let resource = existing.resource();
     if existing.kind.as_str() != req.kind {
-        return Err(inequivalent("type", &resource, &req.kind, existing.kind.as_str()));
+        return Err(inequivalent(
+            "type",
+            &resource,
+            &req.kind,
+            existing.kind.as_str(),
+        ));
     }
     let flags = [
         ("durable", req.durable, existing.durable),

@@ -51,6 +51,27 @@ impl VHost {
         Ok(handle)
     }
 
+    /// The private queue behind direct reply-to (`amq.rabbitmq.reply-to`): exclusive to the
+    /// consuming connection, reachable through the default exchange by its generated name.
+    pub fn declare_reply_to_queue(
+        &self,
+        connection: ConnectionId,
+    ) -> Result<QueueHandle, BrokerError> {
+        let def = QueueDef {
+            name: Arc::from(generate_name("amq.rabbitmq.reply-to.").as_str()),
+            vhost: self.name.clone(),
+            durable: false,
+            exclusive_owner: Some(connection),
+            auto_delete: true,
+            arguments: Table::new(),
+        };
+        let mut meta = self.meta.lock();
+        let handle = self.spawn_queue(def);
+        meta.queues.insert(handle.name().clone(), handle.clone());
+        self.publish_snapshot(&meta);
+        Ok(handle)
+    }
+
     /// Looks a queue up for use by `connection` (404 when missing, 405 when another
     /// connection's exclusive queue).
     pub fn queue(&self, name: &str, connection: ConnectionId) -> Result<QueueHandle, BrokerError> {
@@ -60,7 +81,11 @@ impl VHost {
         Ok(queue.clone())
     }
 
-    pub async fn purge_queue(&self, name: &str, connection: ConnectionId) -> Result<u32, BrokerError> {
+    pub async fn purge_queue(
+        &self,
+        name: &str,
+        connection: ConnectionId,
+    ) -> Result<u32, BrokerError> {
         let queue = self.queue(name, connection)?;
         queue.request(|reply| QueueCmd::Purge { reply }).await
     }
@@ -150,8 +175,7 @@ fn check_equivalent_queue(existing: &QueueDef, req: &QueueDeclare) -> Result<(),
 
 /// `prefix` followed by 22 url-safe base64 characters (128 random bits), as RabbitMQ.
 pub fn generate_name(prefix: &str) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut name = String::with_capacity(prefix.len() + 22);
     name.push_str(prefix);
     for _ in 0..22 {

@@ -1,0 +1,201 @@
+//! `ShortStr`: the 0.9.1 `shortstr`, at most 255 bytes of UTF-8, held as a `Bytes` slice (usually
+//! of the read buffer, so decoding does not copy). `LongStr` is plain `Bytes`: `longstr` is binary.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+
+use bytes::Bytes;
+
+/// A `longstr`: up to 4 GiB of arbitrary bytes.
+pub type LongStr = Bytes;
+
+/// A short string: at most 255 bytes of UTF-8, held as a `Bytes` slice (usually of the read
+/// buffer: no copy).
+///
+/// Equality, ordering and hashing are those of the `str`, so a `HashMap<ShortStr, _>` can be
+/// looked up with a `&str`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ShortStr(Bytes);
+
+impl ShortStr {
+    /// The longest short string, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// A short string of a static `str`. `s` must be at most 255 bytes (checked in debug builds
+    /// and at compile time in const contexts).
+    pub const fn from_static(s: &'static str) -> ShortStr {
+        debug_assert!(
+            s.len() <= ShortStr::MAX_LEN,
+            "a shortstr is at most 255 bytes"
+        );
+        ShortStr(Bytes::from_static(s.as_bytes()))
+    }
+
+    /// Wraps bytes the caller has checked: valid UTF-8, at most 255 bytes.
+    pub(crate) fn from_checked(bytes: Bytes) -> ShortStr {
+        debug_assert!(bytes.len() <= ShortStr::MAX_LEN);
+        debug_assert!(std::str::from_utf8(&bytes).is_ok());
+        ShortStr(bytes)
+    }
+
+    /// The string.
+    pub fn as_str(&self) -> &str {
+        // Every constructor checks UTF-8, so the fallback is unreachable; re-checking up to 255
+        // bytes is the price of `forbid(unsafe_code)`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The UTF-8 bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The underlying `Bytes` (a cheap reference-counted clone).
+    pub fn to_bytes(&self) -> Bytes {
+        self.0.clone()
+    }
+
+    /// Length in bytes (at most 255).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the string is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The longest prefix of `s` that fits a shortstr and ends at a char boundary.
+fn truncated_len(s: &str) -> usize {
+    if s.len() <= ShortStr::MAX_LEN {
+        return s.len();
+    }
+    (0..=ShortStr::MAX_LEN)
+        .rev()
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(0)
+}
+
+/// Copies `s`; a string longer than 255 bytes is truncated at a char boundary (reply texts may be
+/// long, and a truncated text is better than none).
+impl From<&str> for ShortStr {
+    fn from(s: &str) -> ShortStr {
+        let len = truncated_len(s);
+        ShortStr(Bytes::copy_from_slice(
+            s.as_bytes().get(..len).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Takes over the `String`'s buffer; longer than 255 bytes: truncated at a char boundary.
+impl From<String> for ShortStr {
+    fn from(s: String) -> ShortStr {
+        let len = truncated_len(&s);
+        let mut bytes = Bytes::from(s);
+        bytes.truncate(len);
+        ShortStr(bytes)
+    }
+}
+
+impl From<&String> for ShortStr {
+    fn from(s: &String) -> ShortStr {
+        ShortStr::from(s.as_str())
+    }
+}
+
+impl Hash for ShortStr {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl Borrow<str> for ShortStr {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Deref for ShortStr {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for ShortStr {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for ShortStr {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ShortStr {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for ShortStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for ShortStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn long_strings_truncate_at_a_char_boundary() {
+        let s = "é".repeat(200); // 400 bytes, 2 per char
+        let short = ShortStr::from(s.as_str());
+        assert_eq!(short.len(), 254);
+        assert!(short.as_str().chars().all(|c| c == 'é'));
+        assert_eq!(ShortStr::from(s), short);
+        assert_eq!(ShortStr::from("x".repeat(300)).len(), 255);
+    }
+
+    #[test]
+    fn hash_map_lookup_by_str() {
+        let mut map = HashMap::new();
+        map.insert(ShortStr::from("orders"), 1);
+        assert_eq!(map.get("orders"), Some(&1));
+        assert_eq!(format!("{:?}", ShortStr::from_static("a\"b")), "\"a\\\"b\"");
+        assert_eq!(
+            ShortStr::from_static("amq.direct").to_string(),
+            "amq.direct"
+        );
+    }
+}
+
+impl ShortStr {
+    /// Wraps `bytes` without copying, checking that they are UTF-8 and at most 255 bytes
+    /// (for strings that arrive in some other container, such as a stored message).
+    pub fn from_utf8(bytes: Bytes) -> Result<ShortStr, crate::amqp091::DecodeError> {
+        if bytes.len() > ShortStr::MAX_LEN || std::str::from_utf8(&bytes).is_err() {
+            return Err(crate::amqp091::DecodeError::InvalidUtf8 {
+                context: "shortstr",
+                field: "value",
+                offset: 0,
+            });
+        }
+        Ok(ShortStr(bytes))
+    }
+}

@@ -1,0 +1,380 @@
+//! Channel state and the channel-level methods: open, close, flow, exchange and queue classes.
+//! Publishing, consuming and acknowledgements live in `publish.rs` and `consume.rs`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use warren_core::binding::Destination;
+use warren_core::queue::{QueueHandle, SettleOp};
+use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
+use warren_proto::amqp091::{
+    reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, Method, QueueDeclareOk, QueueDeleteOk,
+    QueuePurgeOk,
+};
+
+use super::connection::Connection;
+use super::consume::ConsumerState;
+use super::convert::table_to_core;
+use super::fault::{Cause, Fault};
+use super::publish::{Assembly, TxBuffer};
+
+/// A delivery the client has not acknowledged yet.
+#[derive(Debug, Clone)]
+pub struct Unacked {
+    pub delivery_tag: u64,
+    pub queue: QueueHandle,
+    pub seq: u64,
+    /// `None` for basic.get.
+    pub consumer: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Channel {
+    /// We sent channel.close and wait for close-ok; everything else is dropped.
+    pub closing: bool,
+    pub assembly: Option<Assembly>,
+    pub consumers: Vec<ConsumerState>,
+    pub unacked: VecDeque<Unacked>,
+    pub next_delivery_tag: u64,
+    /// basic.qos prefetch-count for consumers created from now on (global = false).
+    pub consumer_prefetch: u16,
+    /// basic.qos prefetch-count shared by the channel's consumers (global = true).
+    pub channel_prefetch: u16,
+    /// Publisher confirms: the last sequence number assigned and the last one acked.
+    pub confirm: Option<Confirms>,
+    pub tx: Option<TxBuffer>,
+    /// channel.flow active=false: deliveries wait here (bounded by consumer credit).
+    pub flow_paused: Option<VecDeque<warren_core::consumer::Delivery>>,
+    /// The private queue behind direct reply-to, once the channel consumes from it.
+    pub reply_queue: Option<QueueHandle>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Confirms {
+    pub published: u64,
+    pub acked: u64,
+}
+
+impl Connection {
+    pub(super) fn vhost(&self) -> Arc<VHost> {
+        self.vhost
+            .clone()
+            .expect("invariant: channels exist only after connection.open")
+    }
+
+    pub(super) async fn on_channel_frame(&mut self, id: u16, method: Method) -> Result<(), Fault> {
+        let cause = Cause::of(&method);
+        if id > self.tuning.channel_max {
+            return Err(Fault::connection(
+                reply_code::CHANNEL_ERROR,
+                format!(
+                    "channel {id} is above the negotiated channel_max {}",
+                    self.tuning.channel_max
+                ),
+                cause,
+            ));
+        }
+        let Some(channel) = self.channels.get_mut(&id) else {
+            if let Method::ChannelOpen(_) = method {
+                self.channels.insert(id, Channel::default());
+                let ok = ChannelOpenOk::default();
+                self.out.method(id, &Method::ChannelOpenOk(ok));
+                return Ok(());
+            }
+            return Err(Fault::connection(
+                reply_code::CHANNEL_ERROR,
+                format!(
+                    "expected 'channel.open' on channel {id}, got '{}'",
+                    method.name()
+                ),
+                cause,
+            ));
+        };
+        if channel.closing {
+            if matches!(method, Method::ChannelCloseOk(_) | Method::ChannelClose(_)) {
+                self.channels.remove(&id);
+            }
+            return Ok(());
+        }
+        if channel.assembly.is_some() {
+            return Err(Fault::connection(
+                reply_code::UNEXPECTED_FRAME,
+                format!(
+                    "expected content header for class 60, got non content header frame '{}'",
+                    method.name()
+                ),
+                cause,
+            ));
+        }
+        self.on_method(id, method, cause).await
+    }
+
+    async fn on_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
+        if !matches!(
+            method,
+            Method::BasicPublish(_) | Method::BasicAck(_) | Method::BasicNack(_)
+        ) {
+            // Anything else may observe the effect of earlier publishes: send them first.
+            self.flush_pending().await;
+        }
+        match method {
+            Method::BasicPublish(publish) => self.on_publish(id, publish),
+            Method::ChannelClose(_) => {
+                if let Some(channel) = self.channels.remove(&id) {
+                    self.release_channel(channel).await;
+                }
+                self.out
+                    .method(id, &Method::ChannelCloseOk(Default::default()));
+                Ok(())
+            }
+            Method::ChannelCloseOk(_) => Ok(()),
+            Method::ChannelOpen(_) => Err(Fault::connection(
+                reply_code::CHANNEL_ERROR,
+                format!("second 'channel.open' seen on channel {id}"),
+                cause,
+            )),
+            Method::ChannelFlow(flow) => {
+                self.set_flow(id, flow.active);
+                let ok = ChannelFlowOk {
+                    active: flow.active,
+                };
+                self.out.method(id, &Method::ChannelFlowOk(ok));
+                Ok(())
+            }
+            Method::AccessRequest(_) => {
+                let ok = warren_proto::amqp091::AccessRequestOk { ticket: 1 };
+                self.out.method(id, &Method::AccessRequestOk(ok));
+                Ok(())
+            }
+            Method::ExchangeDeclare(_)
+            | Method::ExchangeDelete(_)
+            | Method::ExchangeBind(_)
+            | Method::ExchangeUnbind(_) => self.on_exchange_method(id, method, cause),
+            Method::QueueDeclare(_)
+            | Method::QueueBind(_)
+            | Method::QueueUnbind(_)
+            | Method::QueuePurge(_)
+            | Method::QueueDelete(_) => self.on_queue_method(id, method, cause).await,
+            other => self.on_basic_method(id, other, cause).await,
+        }
+    }
+
+    fn on_exchange_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
+        let vhost = self.vhost();
+        let fail = |error| Fault::broker(id, error, cause);
+        let (nowait, reply) = match method {
+            Method::ExchangeDeclare(m) => {
+                vhost
+                    .declare_exchange(ExchangeDeclare {
+                        name: m.exchange.as_str().to_owned(),
+                        kind: m.kind.as_str().to_owned(),
+                        passive: m.passive,
+                        durable: m.durable,
+                        auto_delete: m.auto_delete,
+                        internal: m.internal,
+                        arguments: table_to_core(&m.arguments),
+                    })
+                    .map_err(fail)?;
+                (m.nowait, Method::ExchangeDeclareOk(Default::default()))
+            }
+            Method::ExchangeDelete(m) => {
+                vhost
+                    .delete_exchange(m.exchange.as_str(), m.if_unused)
+                    .map_err(fail)?;
+                (m.nowait, Method::ExchangeDeleteOk(Default::default()))
+            }
+            Method::ExchangeBind(m) => {
+                let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
+                let arguments = table_to_core(&m.arguments);
+                vhost
+                    .bind(
+                        m.source.as_str(),
+                        destination,
+                        m.routing_key.as_str(),
+                        arguments,
+                        self.id,
+                    )
+                    .map_err(fail)?;
+                (m.nowait, Method::ExchangeBindOk(Default::default()))
+            }
+            Method::ExchangeUnbind(m) => {
+                let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
+                let arguments = table_to_core(&m.arguments);
+                vhost
+                    .unbind(
+                        m.source.as_str(),
+                        destination,
+                        m.routing_key.as_str(),
+                        arguments,
+                        self.id,
+                    )
+                    .map_err(fail)?;
+                (m.nowait, Method::ExchangeUnbindOk(Default::default()))
+            }
+            _ => unreachable!("invariant: only exchange methods are routed here"),
+        };
+        if !nowait {
+            self.out.method(id, &reply);
+        }
+        Ok(())
+    }
+
+    async fn on_queue_method(
+        &mut self,
+        id: u16,
+        method: Method,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let vhost = self.vhost();
+        let fail = |error| Fault::broker(id, error, cause);
+        let (nowait, reply) = match method {
+            Method::QueueDeclare(m) => {
+                let request = QueueDeclare {
+                    name: m.queue.as_str().to_owned(),
+                    passive: m.passive,
+                    durable: m.durable,
+                    exclusive: m.exclusive,
+                    auto_delete: m.auto_delete,
+                    arguments: table_to_core(&m.arguments),
+                };
+                let queue = vhost.declare_queue(request, self.id).map_err(fail)?;
+                let info = if m.nowait {
+                    Default::default()
+                } else {
+                    queue.info().await.map_err(fail)?
+                };
+                let ok = QueueDeclareOk {
+                    queue: queue.name().as_ref().into(),
+                    message_count: info.messages,
+                    consumer_count: info.consumers,
+                };
+                (m.nowait, Method::QueueDeclareOk(ok))
+            }
+            Method::QueueBind(m) => {
+                let destination = Destination::Queue(Arc::from(m.queue.as_str()));
+                let arguments = table_to_core(&m.arguments);
+                vhost
+                    .bind(
+                        m.exchange.as_str(),
+                        destination,
+                        m.routing_key.as_str(),
+                        arguments,
+                        self.id,
+                    )
+                    .map_err(fail)?;
+                (m.nowait, Method::QueueBindOk(Default::default()))
+            }
+            Method::QueueUnbind(m) => {
+                let destination = Destination::Queue(Arc::from(m.queue.as_str()));
+                let arguments = table_to_core(&m.arguments);
+                vhost
+                    .unbind(
+                        m.exchange.as_str(),
+                        destination,
+                        m.routing_key.as_str(),
+                        arguments,
+                        self.id,
+                    )
+                    .map_err(fail)?;
+                (false, Method::QueueUnbindOk(Default::default()))
+            }
+            Method::QueuePurge(m) => {
+                let message_count = vhost
+                    .purge_queue(m.queue.as_str(), self.id)
+                    .await
+                    .map_err(fail)?;
+                (
+                    m.nowait,
+                    Method::QueuePurgeOk(QueuePurgeOk { message_count }),
+                )
+            }
+            Method::QueueDelete(m) => {
+                let name = m.queue.as_str();
+                let message_count = match vhost
+                    .delete_queue(name, m.if_unused, m.if_empty, self.id)
+                    .await
+                {
+                    Ok(count) => count,
+                    // Deleting a queue that does not exist succeeds, as in RabbitMQ.
+                    Err(e) if e.kind == warren_core::ErrorKind::NotFound => 0,
+                    Err(e) => return Err(fail(e)),
+                };
+                (
+                    m.nowait,
+                    Method::QueueDeleteOk(QueueDeleteOk { message_count }),
+                )
+            }
+            _ => unreachable!("invariant: only queue methods are routed here"),
+        };
+        if !nowait {
+            self.out.method(id, &reply);
+        }
+        Ok(())
+    }
+
+    /// Closes a channel for a soft error: releases what it held, sends channel.close, and
+    /// drops its frames until close-ok.
+    pub(super) async fn close_channel_with(
+        &mut self,
+        id: u16,
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+    ) {
+        tracing::debug!(connection = self.id, channel = id, code, %text, "closing channel");
+        if let Some(mut channel) = self.channels.remove(&id) {
+            let consumers = std::mem::take(&mut channel.consumers);
+            let unacked = std::mem::take(&mut channel.unacked);
+            self.release_channel(Channel {
+                consumers,
+                unacked,
+                reply_queue: channel.reply_queue.take(),
+                ..Channel::default()
+            })
+            .await;
+        }
+        self.channels.insert(
+            id,
+            Channel {
+                closing: true,
+                ..Channel::default()
+            },
+        );
+        let close = ChannelClose {
+            reply_code: code,
+            reply_text: text.as_str().into(),
+            class_id,
+            method_id,
+        };
+        self.out.method(id, &Method::ChannelClose(close));
+    }
+
+    /// Cancels the channel's consumers and requeues its unacked messages.
+    pub(super) async fn release_channel(&mut self, channel: Channel) {
+        for consumer in &channel.consumers {
+            let cmd = warren_core::queue::QueueCmd::Cancel {
+                consumer: consumer.id,
+                reply: None,
+            };
+            let _ = consumer.queue.send(cmd).await;
+        }
+        for unacked in channel.unacked {
+            self.pending
+                .settle(&unacked.queue, SettleOp::Requeue, unacked.seq);
+        }
+        if let Some(flow_paused) = channel.flow_paused {
+            for delivery in flow_paused {
+                self.pending
+                    .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
+            }
+        }
+        if let Some(queue) = channel.reply_queue {
+            let vhost = self.vhost();
+            let _ = vhost
+                .delete_queue(queue.name(), false, false, self.id)
+                .await;
+        }
+        self.flush_pending().await;
+    }
+}

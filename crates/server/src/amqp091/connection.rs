@@ -1,0 +1,349 @@
+//! One AMQP 0.9.1 connection: a single task that reads frames in batches, runs them against
+//! core, takes queue deliveries from its outbox, and writes everything with one flush per turn.
+//!
+//! Turn: read what the socket has -> decode every complete frame -> hand publishes to queues
+//! in per-queue batches (waiting when a queue's mailbox is full, which stops reading: credit
+//! flow to the client) -> send confirms -> write deliveries -> grant consumer credit -> flush.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+use warren_core::consumer::{ConnectionId, Event, Outbox};
+use warren_core::vhost::VHost;
+use warren_core::Broker;
+use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
+
+use super::channel::Channel;
+use super::fault::{Cause, Fault};
+use super::publish::Pending;
+use super::writer::Writer;
+use crate::config::Config;
+
+/// Read buffer capacity reserved before each read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long we wait for close-ok after sending connection.close.
+const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What every connection shares.
+pub struct Shared {
+    pub broker: Arc<Broker>,
+    pub config: Arc<Config>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Negotiated in connection.tune / tune-ok.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat: u16,
+}
+
+/// Client capabilities that change what we send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientCaps {
+    pub consumer_cancel_notify: bool,
+    pub authentication_failure_close: bool,
+}
+
+pub struct Connection {
+    pub(super) id: ConnectionId,
+    pub(super) shared: Arc<Shared>,
+    pub(super) peer: SocketAddr,
+    reader: OwnedReadHalf,
+    socket_w: OwnedWriteHalf,
+    rbuf: BytesMut,
+    pub(super) out: Writer,
+    pub(super) outbox: Arc<Outbox>,
+    events: Vec<Event>,
+    pub(super) vhost: Option<Arc<VHost>>,
+    pub(super) user: String,
+    pub(super) channels: HashMap<u16, Channel>,
+    pub(super) tuning: Tuning,
+    pub(super) caps: ClientCaps,
+    pub(super) pending: Pending,
+    last_read: Instant,
+    last_write: Instant,
+}
+
+/// Serves one accepted socket until it closes.
+pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let _ = socket.set_nodelay(true);
+    let (reader, socket_w) = socket.into_split();
+    let id = shared.broker.next_id();
+    let tuning = Tuning {
+        frame_max: shared.config.frame_max,
+        channel_max: shared.config.channel_max,
+        heartbeat: shared.config.heartbeat,
+    };
+    let mut conn = Connection {
+        id,
+        shared,
+        peer,
+        reader,
+        socket_w,
+        rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        out: Writer::default(),
+        outbox: Outbox::new(),
+        events: Vec::new(),
+        vhost: None,
+        user: String::new(),
+        channels: HashMap::new(),
+        tuning,
+        caps: ClientCaps::default(),
+        pending: Pending::default(),
+        last_read: Instant::now(),
+        last_write: Instant::now(),
+    };
+    let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
+        Ok(Ok(())) => conn.run().await,
+        Ok(Err(fault)) => Err(fault),
+        Err(_) => Err(Fault::Gone("handshake timeout".into())),
+    };
+    if let Err(fault) = outcome {
+        conn.close_with(fault).await;
+    }
+    conn.teardown().await;
+    tracing::debug!(connection = id, %peer, "connection closed");
+}
+
+impl Connection {
+    /// Reads until one whole frame is buffered (handshake only; the main loop batches).
+    pub(super) async fn read_frame(&mut self) -> Result<Frame, Fault> {
+        loop {
+            let frame_max = self.tuning.frame_max;
+            match wire::decode_frame(&mut self.rbuf, frame_max) {
+                Ok(Some(frame)) => return Ok(frame),
+                Ok(None) => {}
+                Err(error) => return Err(Fault::decode(&error)),
+            }
+            self.rbuf.reserve(READ_CHUNK_BYTES);
+            if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+                return Err(Fault::Gone("peer closed the socket".into()));
+            }
+        }
+    }
+
+    /// Reads more bytes during the handshake (protocol header).
+    pub(super) async fn read_more(&mut self) -> Result<&[u8], Fault> {
+        self.rbuf.reserve(READ_CHUNK_BYTES);
+        if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+            return Err(Fault::Gone("peer closed the socket".into()));
+        }
+        Ok(&self.rbuf)
+    }
+
+    pub(super) fn consume_bytes(&mut self, n: usize) {
+        let _ = self.rbuf.split_to(n);
+    }
+
+    pub(super) async fn flush(&mut self) -> Result<(), Fault> {
+        if !self.out.is_empty() {
+            self.out.flush(&mut self.socket_w).await?;
+            self.last_write = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn run(&mut self) -> Result<(), Fault> {
+        let heartbeat = Duration::from_secs(u64::from(self.tuning.heartbeat));
+        let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
+            Duration::from_secs(3600)
+        } else {
+            heartbeat / 2
+        });
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut shutdown = self.shared.shutdown.clone();
+        let outbox = self.outbox.clone();
+        loop {
+            self.rbuf.reserve(READ_CHUNK_BYTES);
+            tokio::select! {
+                read = self.reader.read_buf(&mut self.rbuf) => {
+                    if read? == 0 {
+                        return Err(Fault::Gone("peer closed the socket".into()));
+                    }
+                    self.last_read = Instant::now();
+                    self.on_read().await?;
+                }
+                () = outbox.notified() => self.on_events(),
+                _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
+                _ = shutdown.changed() => {
+                    return Err(Fault::connection(
+                        reply_code::CONNECTION_FORCED,
+                        "broker forced connection closure with reason 'shutdown'",
+                        Cause::default(),
+                    ));
+                }
+            }
+            // Deliveries that arrived meanwhile go out in the same write.
+            self.on_events();
+            self.grant_credit().await;
+            self.flush().await?;
+        }
+    }
+
+    fn on_tick(&mut self, heartbeat: Duration) -> Result<(), Fault> {
+        let now = Instant::now();
+        if now.duration_since(self.last_read) >= heartbeat * 2 {
+            tracing::warn!(
+                connection = self.id,
+                peer = %self.peer,
+                timeout_s = heartbeat.as_secs(),
+                "missed heartbeats from client, closing"
+            );
+            return Err(Fault::Gone("missed heartbeats".into()));
+        }
+        if now.duration_since(self.last_write) >= heartbeat / 2 && self.out.is_empty() {
+            self.out.heartbeat();
+        }
+        Ok(())
+    }
+
+    /// Decodes and handles every complete frame in the read buffer, then hands the publishes
+    /// they carried to their queues.
+    async fn on_read(&mut self) -> Result<(), Fault> {
+        loop {
+            let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(error) => {
+                    self.flush_pending().await;
+                    return Err(Fault::decode(&error));
+                }
+            };
+            match self.on_frame(frame).await {
+                Ok(()) => {}
+                Err(Fault::Channel {
+                    channel,
+                    code,
+                    text,
+                    class_id,
+                    method_id,
+                }) => {
+                    self.close_channel_with(channel, code, text, class_id, method_id)
+                        .await
+                }
+                Err(fault) => {
+                    self.flush_pending().await;
+                    return Err(fault);
+                }
+            }
+        }
+        self.flush_pending().await;
+        Ok(())
+    }
+
+    async fn on_frame(&mut self, frame: Frame) -> Result<(), Fault> {
+        match frame {
+            Frame::Heartbeat { .. } => Ok(()),
+            Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
+            Frame::Method { channel, method } => self.on_channel_frame(channel, method).await,
+            Frame::Header { channel, header } => self.on_header(channel, header),
+            Frame::Body { channel, payload } => self.on_body(channel, payload),
+        }
+    }
+
+    async fn on_connection_method(&mut self, method: Method) -> Result<(), Fault> {
+        match method {
+            Method::ConnectionClose(close) => {
+                tracing::debug!(connection = self.id, code = close.reply_code, text = %close.reply_text, "client closed");
+                self.out
+                    .method(0, &Method::ConnectionCloseOk(Default::default()));
+                let _ = self.flush().await;
+                Err(Fault::Gone("closed by client".into()))
+            }
+            Method::ConnectionUpdateSecret(_) => {
+                // No token-based auth backend yet: the new secret is accepted as RabbitMQ's
+                // internal backend does.
+                self.out
+                    .method(0, &Method::ConnectionUpdateSecretOk(Default::default()));
+                Ok(())
+            }
+            Method::ConnectionCloseOk(_) => Err(Fault::Gone("close-ok".into())),
+            other => Err(Fault::connection(
+                reply_code::COMMAND_INVALID,
+                format!("method '{}' is not allowed on channel 0", other.name()),
+                Cause::of(&other),
+            )),
+        }
+    }
+
+    fn on_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.outbox.take_all(&mut events);
+        for event in events.drain(..) {
+            self.on_event(event);
+        }
+        self.events = events;
+    }
+
+    /// Sends connection.close for a hard error and waits (briefly) for close-ok.
+    async fn close_with(&mut self, fault: Fault) {
+        let (code, text, class_id, method_id) = match fault {
+            Fault::Gone(reason) => {
+                tracing::debug!(connection = self.id, %reason, "connection ended");
+                let _ = self.flush().await;
+                return;
+            }
+            Fault::Connection {
+                code,
+                text,
+                class_id,
+                method_id,
+            } => (code, text, class_id, method_id),
+            Fault::Channel { code, text, .. } => (code, text, 0, 0),
+        };
+        tracing::info!(connection = self.id, peer = %self.peer, code, %text, "closing connection");
+        let close = ConnectionClose {
+            reply_code: code,
+            reply_text: text.as_str().into(),
+            class_id,
+            method_id,
+        };
+        self.out.method(0, &Method::ConnectionClose(close));
+        if self.flush().await.is_err() {
+            return;
+        }
+        let wait_close_ok = async {
+            loop {
+                match self.read_frame().await {
+                    Ok(Frame::Method {
+                        method: Method::ConnectionCloseOk(_) | Method::ConnectionClose(_),
+                        ..
+                    })
+                    | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait_close_ok).await;
+    }
+
+    /// Releases everything the connection held: consumers, unacked messages, exclusive queues.
+    async fn teardown(&mut self) {
+        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        for id in ids {
+            if let Some(channel) = self.channels.remove(&id) {
+                self.release_channel(channel).await;
+            }
+        }
+        self.flush_pending().await;
+        if let Some(vhost) = self.vhost.clone() {
+            for queue in vhost.exclusive_queues_of(self.id) {
+                let _ = vhost
+                    .delete_queue(queue.name(), false, false, self.id)
+                    .await;
+            }
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! Consuming: basic.qos, consume, cancel, get, deliveries, acknowledgements, recover, and
+//! the credit a connection grants its queues; plus confirm.select and the tx class.
+//!
+//! Credit: a queue delivers to a consumer only against credit. A no-ack consumer (or one
+//! without a prefetch limit) gets credit back once its deliveries are written to the socket,
+//! so at most `CONSUMER_FLOW_CREDIT_MAX` deliveries are in flight between queue and socket. A
+//! consumer with a prefetch count gets credit back when the client settles deliveries.
+
+use std::sync::Arc;
+
+use warren_core::consumer::{Consumer, Delivery, Event};
+use warren_core::limits::CONSUMER_FLOW_CREDIT_MAX;
+use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::vhost::generate_name;
+use warren_proto::amqp091::{
+    reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver,
+    BasicGetEmpty, BasicGetOk, Method, ShortStr,
+};
+
+use super::channel::{Confirms, Unacked};
+use super::connection::Connection;
+use super::fault::{Cause, Fault};
+use super::publish::{TxBuffer, REPLY_TO_PSEUDO_QUEUE};
+
+#[derive(Debug)]
+pub struct ConsumerState {
+    pub id: u64,
+    pub tag: ShortStr,
+    pub queue: QueueHandle,
+    pub no_ack: bool,
+    /// basic.qos prefetch-count when the consumer was created; 0 = unlimited.
+    pub prefetch: u32,
+    /// Credit the queue still holds for this consumer.
+    pub outstanding: u32,
+    /// Delivered, not yet settled by the client.
+    pub unacked: u32,
+}
+
+impl ConsumerState {
+    /// Outstanding credit this consumer should have now, before any channel-wide limit.
+    fn credit_target(&self) -> u32 {
+        if self.no_ack || self.prefetch == 0 {
+            CONSUMER_FLOW_CREDIT_MAX
+        } else {
+            self.prefetch
+                .min(CONSUMER_FLOW_CREDIT_MAX)
+                .saturating_sub(self.unacked)
+        }
+    }
+}
+
+impl Connection {
+    pub(super) async fn on_basic_method(
+        &mut self,
+        id: u16,
+        method: Method,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        match method {
+            Method::BasicQos(qos) => {
+                if qos.prefetch_size != 0 {
+                    return Err(Fault::new(
+                        id,
+                        reply_code::NOT_IMPLEMENTED,
+                        format!("prefetch_size!=0 ({})", qos.prefetch_size),
+                        cause,
+                    ));
+                }
+                let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+                if qos.global {
+                    channel.channel_prefetch = qos.prefetch_count;
+                } else {
+                    channel.consumer_prefetch = qos.prefetch_count;
+                }
+                self.out.method(id, &Method::BasicQosOk(Default::default()));
+                Ok(())
+            }
+            Method::BasicConsume(consume) => self.on_consume(id, consume, cause).await,
+            Method::BasicCancel(cancel) => self.on_cancel(id, cancel).await,
+            Method::BasicGet(get) => self.on_get(id, get.queue.as_str(), get.no_ack, cause).await,
+            Method::BasicAck(ack) => {
+                self.settle(id, ack.delivery_tag, ack.multiple, SettleOp::Ack, cause)
+            }
+            Method::BasicNack(nack) => {
+                let op = if nack.requeue {
+                    SettleOp::Requeue
+                } else {
+                    SettleOp::Discard
+                };
+                self.settle(id, nack.delivery_tag, nack.multiple, op, cause)
+            }
+            Method::BasicReject(reject) => {
+                let op = if reject.requeue {
+                    SettleOp::Requeue
+                } else {
+                    SettleOp::Discard
+                };
+                self.settle(id, reject.delivery_tag, false, op, cause)
+            }
+            Method::BasicRecover(recover) => {
+                self.recover(id, recover.requeue, cause)?;
+                self.out
+                    .method(id, &Method::BasicRecoverOk(Default::default()));
+                Ok(())
+            }
+            Method::BasicRecoverAsync(recover) => self.recover(id, recover.requeue, cause),
+            other => self.on_mode_method(id, other, cause).await,
+        }
+    }
+
+    /// confirm.select and the tx class.
+    async fn on_mode_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let precondition =
+            |text: &str| Fault::new(id, reply_code::PRECONDITION_FAILED, text, cause);
+        match method {
+            Method::ConfirmSelect(select) => {
+                if channel.tx.is_some() {
+                    return Err(precondition("cannot switch from tx to confirm mode"));
+                }
+                channel.confirm.get_or_insert_with(Confirms::default);
+                if !select.nowait {
+                    self.out
+                        .method(id, &Method::ConfirmSelectOk(Default::default()));
+                }
+            }
+            Method::TxSelect(_) => {
+                if channel.confirm.is_some() {
+                    return Err(precondition("cannot switch from confirm to tx mode"));
+                }
+                channel.tx.get_or_insert_with(TxBuffer::default);
+                self.out.method(id, &Method::TxSelectOk(Default::default()));
+            }
+            Method::TxCommit(_) => {
+                if channel.tx.is_none() {
+                    return Err(precondition("channel is not transactional"));
+                }
+                self.tx_commit(id).await;
+                self.out.method(id, &Method::TxCommitOk(Default::default()));
+            }
+            Method::TxRollback(_) => {
+                if channel.tx.is_none() {
+                    return Err(precondition("channel is not transactional"));
+                }
+                self.tx_rollback(id);
+                self.out
+                    .method(id, &Method::TxRollbackOk(Default::default()));
+            }
+            other => {
+                return Err(Fault::connection(
+                    reply_code::COMMAND_INVALID,
+                    format!("method '{}' is not valid from a client", other.name()),
+                    cause,
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_consume(
+        &mut self,
+        id: u16,
+        consume: BasicConsume,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let vhost = self.vhost();
+        let queue_name = consume.queue.as_str();
+        let queue = if queue_name == REPLY_TO_PSEUDO_QUEUE {
+            self.reply_to_queue(id, &consume, cause)?
+        } else {
+            vhost
+                .queue(queue_name, self.id)
+                .map_err(|e| Fault::broker(id, e, cause))?
+        };
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let tag = if consume.consumer_tag.is_empty() {
+            ShortStr::from(generate_name("amq.ctag-"))
+        } else {
+            consume.consumer_tag.clone()
+        };
+        if channel.consumers.iter().any(|c| c.tag == tag) {
+            return Err(Fault::connection(
+                reply_code::NOT_ALLOWED,
+                format!("attempt to reuse consumer tag '{tag}'"),
+                cause,
+            ));
+        }
+        let priority = match consume.arguments.get("x-priority") {
+            None => 0,
+            Some(value) => value.as_i64().ok_or_else(|| {
+                Fault::new(
+                    id,
+                    reply_code::PRECONDITION_FAILED,
+                    "invalid arg 'x-priority': expected an integer",
+                    cause,
+                )
+            })?,
+        };
+        let mut state = ConsumerState {
+            id: self.shared.broker.next_id(),
+            tag: tag.clone(),
+            queue: queue.clone(),
+            no_ack: consume.no_ack,
+            prefetch: u32::from(channel.consumer_prefetch),
+            outstanding: 0,
+            unacked: 0,
+        };
+        let credit = self.initial_credit(id, &state);
+        state.outstanding = credit;
+        let consumer = Consumer {
+            id: state.id,
+            connection: self.id,
+            channel: id,
+            tag: Arc::from(tag.as_str()),
+            no_ack: consume.no_ack,
+            exclusive: consume.exclusive,
+            priority,
+            credit,
+            outbox: self.outbox.clone(),
+        };
+        queue
+            .request(|reply| QueueCmd::Consume { consumer, reply })
+            .await
+            .and_then(|r| r)
+            .map_err(|e| Fault::broker(id, e, cause))?;
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        channel.consumers.push(state);
+        if !consume.nowait {
+            let ok = BasicConsumeOk { consumer_tag: tag };
+            self.out.method(id, &Method::BasicConsumeOk(ok));
+        }
+        Ok(())
+    }
+
+    /// The private queue behind `amq.rabbitmq.reply-to` for this channel.
+    fn reply_to_queue(
+        &mut self,
+        id: u16,
+        consume: &BasicConsume,
+        cause: Cause,
+    ) -> Result<QueueHandle, Fault> {
+        if !consume.no_ack {
+            return Err(Fault::new(
+                id,
+                reply_code::PRECONDITION_FAILED,
+                "reply consumer cannot acknowledge",
+                cause,
+            ));
+        }
+        let vhost = self.vhost();
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        if channel.reply_queue.is_some() {
+            return Err(Fault::new(
+                id,
+                reply_code::PRECONDITION_FAILED,
+                "reply consumer already set",
+                cause,
+            ));
+        }
+        let queue = vhost
+            .declare_reply_to_queue(self.id)
+            .map_err(|e| Fault::broker(id, e, cause))?;
+        channel.reply_queue = Some(queue.clone());
+        Ok(queue)
+    }
+
+    async fn on_cancel(&mut self, id: u16, cancel: BasicCancel) -> Result<(), Fault> {
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        if let Some(index) = channel
+            .consumers
+            .iter()
+            .position(|c| c.tag == cancel.consumer_tag)
+        {
+            let consumer = channel.consumers.remove(index);
+            let _ = consumer
+                .queue
+                .request(|reply| QueueCmd::Cancel {
+                    consumer: consumer.id,
+                    reply: Some(reply),
+                })
+                .await;
+        }
+        if !cancel.nowait {
+            let ok = BasicCancelOk {
+                consumer_tag: cancel.consumer_tag,
+            };
+            self.out.method(id, &Method::BasicCancelOk(ok));
+        }
+        Ok(())
+    }
+
+    async fn on_get(
+        &mut self,
+        id: u16,
+        queue: &str,
+        no_ack: bool,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let vhost = self.vhost();
+        let queue = vhost
+            .queue(queue, self.id)
+            .map_err(|e| Fault::broker(id, e, cause))?;
+        let got = queue
+            .request(|reply| QueueCmd::Get {
+                channel: id,
+                no_ack,
+                reply,
+            })
+            .await
+            .map_err(|e| Fault::broker(id, e, cause))?;
+        let Some(got) = got else {
+            self.out
+                .method(id, &Method::BasicGetEmpty(BasicGetEmpty::default()));
+            return Ok(());
+        };
+        let delivery = got.delivery;
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        channel.next_delivery_tag += 1;
+        let delivery_tag = channel.next_delivery_tag;
+        if !no_ack {
+            channel.unacked.push_back(Unacked {
+                delivery_tag,
+                queue: delivery.queue.clone(),
+                seq: delivery.seq,
+                consumer: None,
+            });
+        }
+        let method = Method::BasicGetOk(BasicGetOk {
+            delivery_tag,
+            redelivered: delivery.redelivered,
+            exchange: ShortStr::from_utf8(delivery.message.exchange.clone()).unwrap_or_default(),
+            routing_key: ShortStr::from_utf8(delivery.message.routing_key.clone())
+                .unwrap_or_default(),
+            message_count: got.remaining,
+        });
+        let message = &delivery.message;
+        let frame_max = self.tuning.frame_max;
+        self.out
+            .content(id, &method, &message.properties, &message.body, frame_max);
+        Ok(())
+    }
+
+    /// basic.ack / nack / reject: validates the tag(s), then settles with the queues.
+    fn settle(
+        &mut self,
+        id: u16,
+        delivery_tag: u64,
+        multiple: bool,
+        op: SettleOp,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let settled: Vec<Unacked> = if multiple {
+            // Tag 0 with multiple settles everything outstanding.
+            let upto = if delivery_tag == 0 {
+                u64::MAX
+            } else {
+                delivery_tag
+            };
+            let count = channel.unacked.partition_point(|u| u.delivery_tag <= upto);
+            if count == 0 && delivery_tag != 0 {
+                return Err(unknown_tag(id, delivery_tag, cause));
+            }
+            channel.unacked.drain(..count).collect()
+        } else {
+            let at = channel
+                .unacked
+                .partition_point(|u| u.delivery_tag < delivery_tag);
+            match channel.unacked.get(at) {
+                Some(u) if u.delivery_tag == delivery_tag => {}
+                _ => return Err(unknown_tag(id, delivery_tag, cause)),
+            }
+            channel.unacked.remove(at).into_iter().collect()
+        };
+        if self.tx_settle(id, op, settled.clone()) {
+            return Ok(());
+        }
+        for unacked in &settled {
+            self.pending.settle(&unacked.queue, op, unacked.seq);
+            self.note_settled(id, unacked);
+        }
+        Ok(())
+    }
+
+    /// Frees the prefetch room a settled delivery held.
+    pub(super) fn note_settled(&mut self, id: u16, unacked: &Unacked) {
+        let Some(channel) = self.channels.get_mut(&id) else {
+            return;
+        };
+        if let Some(consumer_id) = unacked.consumer {
+            if let Some(c) = channel.consumers.iter_mut().find(|c| c.id == consumer_id) {
+                c.unacked = c.unacked.saturating_sub(1);
+            }
+        }
+    }
+
+    /// basic.recover: every unacked delivery goes back to its queue, marked redelivered.
+    fn recover(&mut self, id: u16, requeue: bool, cause: Cause) -> Result<(), Fault> {
+        if !requeue {
+            return Err(Fault::connection(
+                reply_code::NOT_IMPLEMENTED,
+                "requeue=false",
+                cause,
+            ));
+        }
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let unacked: Vec<Unacked> = channel.unacked.drain(..).collect();
+        for u in &unacked {
+            self.pending.settle(&u.queue, SettleOp::Requeue, u.seq);
+            self.note_settled(id, u);
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_flow(&mut self, id: u16, active: bool) {
+        let Some(channel) = self.channels.get_mut(&id) else {
+            return;
+        };
+        if active {
+            if let Some(held) = channel.flow_paused.take() {
+                for delivery in held {
+                    self.on_event(Event::Deliver(delivery));
+                }
+            }
+        } else {
+            channel.flow_paused.get_or_insert_with(Default::default);
+        }
+    }
+
+    /// A queue event: write a delivery, or tell the client its consumer was cancelled.
+    pub(super) fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Deliver(delivery) => self.deliver(delivery),
+            Event::ConsumerCancelled {
+                channel: id,
+                consumer,
+                ..
+            } => {
+                let Some(channel) = self.channels.get_mut(&id) else {
+                    return;
+                };
+                let Some(index) = channel.consumers.iter().position(|c| c.id == consumer) else {
+                    return;
+                };
+                let state = channel.consumers.remove(index);
+                if self.caps.consumer_cancel_notify {
+                    let cancel = BasicCancel {
+                        consumer_tag: state.tag,
+                        nowait: true,
+                    };
+                    self.out.method(id, &Method::BasicCancel(cancel));
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, delivery: Delivery) {
+        let frame_max = self.tuning.frame_max;
+        let id = delivery.channel;
+        let channel = self.channels.get_mut(&id).filter(|c| !c.closing);
+        let consumer = channel.and_then(|c| {
+            let index = c.consumers.iter().position(|s| s.id == delivery.consumer)?;
+            Some((c, index))
+        });
+        let Some((channel, index)) = consumer else {
+            // Cancelled or closed meanwhile: the queue gets it back (no-op for no-ack).
+            self.pending
+                .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
+            return;
+        };
+        if let Some(held) = channel.flow_paused.as_mut() {
+            held.push_back(delivery);
+            return;
+        }
+        channel.next_delivery_tag += 1;
+        let delivery_tag = channel.next_delivery_tag;
+        let state = &mut channel.consumers[index];
+        state.outstanding = state.outstanding.saturating_sub(1);
+        if !state.no_ack {
+            state.unacked += 1;
+            channel.unacked.push_back(Unacked {
+                delivery_tag,
+                queue: delivery.queue.clone(),
+                seq: delivery.seq,
+                consumer: Some(state.id),
+            });
+        }
+        let message = &delivery.message;
+        let method = Method::BasicDeliver(BasicDeliver {
+            consumer_tag: state.tag.clone(),
+            delivery_tag,
+            redelivered: delivery.redelivered,
+            exchange: ShortStr::from_utf8(message.exchange.clone()).unwrap_or_default(),
+            routing_key: ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default(),
+        });
+        self.out
+            .content(id, &method, &message.properties, &message.body, frame_max);
+    }
+
+    fn initial_credit(&self, id: u16, state: &ConsumerState) -> u32 {
+        let channel = &self.channels[&id];
+        let mut grant = state.credit_target();
+        if !state.no_ack && channel.channel_prefetch > 0 {
+            grant = grant.min(channel_room(channel));
+        }
+        grant
+    }
+
+    /// Gives consumers back the credit their written or settled deliveries freed; batched so
+    /// a busy consumer costs one credit command per half window, not one per message.
+    pub(super) async fn grant_credit(&mut self) {
+        let mut grants: Vec<(QueueHandle, u64, u32)> = Vec::new();
+        for channel in self.channels.values_mut() {
+            if channel.closing || channel.flow_paused.is_some() || channel.consumers.is_empty() {
+                continue;
+            }
+            let mut room = (channel.channel_prefetch > 0).then(|| channel_room(channel));
+            for consumer in channel.consumers.iter_mut() {
+                let target = consumer.credit_target();
+                let mut grant = target.saturating_sub(consumer.outstanding);
+                if let (Some(room), false) = (room.as_mut(), consumer.no_ack) {
+                    grant = grant.min(*room);
+                    *room -= grant;
+                }
+                let worth_it = grant > 0 && (grant >= target / 2 || consumer.outstanding == 0);
+                if worth_it {
+                    consumer.outstanding += grant;
+                    grants.push((consumer.queue.clone(), consumer.id, grant));
+                }
+            }
+        }
+        for (queue, consumer, credit) in grants {
+            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
+        }
+    }
+}
+
+/// Room left under a channel-wide (global) prefetch for consumers that acknowledge.
+fn channel_room(channel: &super::channel::Channel) -> u32 {
+    let held: u32 = channel
+        .consumers
+        .iter()
+        .filter(|c| !c.no_ack)
+        .map(|c| c.outstanding + c.unacked)
+        .sum();
+    u32::from(channel.channel_prefetch).saturating_sub(held)
+}
+
+fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {
+    Fault::new(
+        id,
+        reply_code::PRECONDITION_FAILED,
+        format!("unknown delivery tag {delivery_tag}"),
+        cause,
+    )
+}

@@ -1,0 +1,250 @@
+//! Connection negotiation: protocol header, start/start-ok (PLAIN, AMQPLAIN), tune/tune-ok,
+//! open/open-ok.
+
+use bytes::Bytes;
+use warren_proto::amqp091::{
+    self as wire, reply_code, ConnectionOpenOk, ConnectionStart, ConnectionStartOk, ConnectionTune,
+    ConnectionTuneOk, FieldTable, FieldValue, Frame, Method, ProtocolHeader, FRAME_MIN_SIZE,
+    PROTOCOL_HEADER,
+};
+
+use super::connection::Connection;
+use super::fault::{Cause, Fault};
+
+const MECHANISMS: &str = "PLAIN AMQPLAIN";
+
+impl Connection {
+    pub(super) async fn handshake(&mut self) -> Result<(), Fault> {
+        self.protocol_header().await?;
+        self.out.method(0, &Method::ConnectionStart(server_start()));
+        self.flush().await?;
+        let start_ok = match self.read_frame().await? {
+            Frame::Method {
+                channel: 0,
+                method: Method::ConnectionStartOk(start_ok),
+            } => start_ok,
+            other => return Err(unexpected("connection.start-ok", &other)),
+        };
+        self.authenticate(&start_ok).await?;
+        let tune = ConnectionTune {
+            channel_max: self.tuning.channel_max,
+            frame_max: self.tuning.frame_max,
+            heartbeat: self.tuning.heartbeat,
+        };
+        self.out.method(0, &Method::ConnectionTune(tune));
+        self.flush().await?;
+        let tune_ok = match self.read_frame().await? {
+            Frame::Method {
+                channel: 0,
+                method: Method::ConnectionTuneOk(tune_ok),
+            } => tune_ok,
+            other => return Err(unexpected("connection.tune-ok", &other)),
+        };
+        self.negotiate(&tune_ok)?;
+        self.open().await
+    }
+
+    async fn protocol_header(&mut self) -> Result<(), Fault> {
+        loop {
+            let buffered = self.read_more().await?;
+            match wire::check_protocol_header(buffered) {
+                ProtocolHeader::Incomplete => continue,
+                ProtocolHeader::Valid => {
+                    self.consume_bytes(PROTOCOL_HEADER.len());
+                    return Ok(());
+                }
+                ProtocolHeader::Mismatch => {
+                    // As the spec asks: answer with the header we speak, then close.
+                    self.out.raw(&PROTOCOL_HEADER);
+                    let _ = self.flush().await;
+                    return Err(Fault::Gone("protocol header mismatch".into()));
+                }
+            }
+        }
+    }
+
+    async fn authenticate(&mut self, start_ok: &ConnectionStartOk) -> Result<(), Fault> {
+        if let Some(FieldValue::Table(caps)) = start_ok.client_properties.get("capabilities") {
+            let flag = |name: &str| caps.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
+            self.caps.consumer_cancel_notify = flag("consumer_cancel_notify");
+            self.caps.authentication_failure_close = flag("authentication_failure_close");
+        }
+        let mechanism = start_ok.mechanism.as_str();
+        let credentials =
+            match mechanism {
+                "PLAIN" => parse_plain(&start_ok.response),
+                "AMQPLAIN" => parse_amqplain(&start_ok.response),
+                other => return Err(Fault::connection(
+                    reply_code::ACCESS_REFUSED,
+                    format!(
+                        "unsupported authentication mechanism '{other}', use one of {MECHANISMS}"
+                    ),
+                    Cause::default(),
+                )),
+            };
+        let Some((user, password)) = credentials else {
+            return Err(Fault::connection(
+                reply_code::ACCESS_REFUSED,
+                format!("malformed {mechanism} response"),
+                Cause::default(),
+            ));
+        };
+        let loopback = self.peer.ip().is_loopback();
+        if let Err(text) = self.shared.broker.authenticate(&user, &password, loopback) {
+            tracing::warn!(peer = %self.peer, %user, "authentication failed: {text}");
+            if !self.caps.authentication_failure_close {
+                // Clients without the capability expect the socket to just close.
+                return Err(Fault::Gone("authentication failed".into()));
+            }
+            let text = text
+                .strip_prefix("ACCESS_REFUSED - ")
+                .unwrap_or(&text)
+                .to_owned();
+            return Err(Fault::connection(
+                reply_code::ACCESS_REFUSED,
+                text,
+                Cause::default(),
+            ));
+        }
+        self.user = user;
+        Ok(())
+    }
+
+    /// Applies tune-ok: the client may lower our proposals, never raise them.
+    fn negotiate(&mut self, tune_ok: &ConnectionTuneOk) -> Result<(), Fault> {
+        let cause = Cause {
+            class_id: 10,
+            method_id: 31,
+        };
+        let server = self.tuning;
+        let frame_max = if tune_ok.frame_max == 0 {
+            server.frame_max
+        } else {
+            tune_ok.frame_max
+        };
+        if server.frame_max != 0 && frame_max > server.frame_max {
+            return Err(Fault::connection(
+                reply_code::NOT_ALLOWED,
+                format!("frame_max={frame_max} > {} max size", server.frame_max),
+                cause,
+            ));
+        }
+        if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
+            return Err(Fault::connection(
+                reply_code::NOT_ALLOWED,
+                format!("frame_max={frame_max} < {FRAME_MIN_SIZE} min size"),
+                cause,
+            ));
+        }
+        let channel_max = if tune_ok.channel_max == 0 {
+            server.channel_max
+        } else {
+            tune_ok.channel_max
+        };
+        if channel_max > server.channel_max {
+            return Err(Fault::connection(
+                reply_code::NOT_ALLOWED,
+                format!("channel_max={channel_max} > {} max", server.channel_max),
+                cause,
+            ));
+        }
+        self.tuning.frame_max = frame_max;
+        self.tuning.channel_max = channel_max;
+        self.tuning.heartbeat = tune_ok.heartbeat;
+        Ok(())
+    }
+
+    async fn open(&mut self) -> Result<(), Fault> {
+        let open = match self.read_frame().await? {
+            Frame::Method {
+                channel: 0,
+                method: Method::ConnectionOpen(open),
+            } => open,
+            other => return Err(unexpected("connection.open", &other)),
+        };
+        let name = open.virtual_host.as_str();
+        let Some(vhost) = self.shared.broker.vhost(name) else {
+            return Err(Fault::connection(
+                reply_code::NOT_ALLOWED,
+                format!("vhost {name} not found"),
+                Cause {
+                    class_id: 10,
+                    method_id: 40,
+                },
+            ));
+        };
+        self.vhost = Some(vhost);
+        self.out
+            .method(0, &Method::ConnectionOpenOk(ConnectionOpenOk::default()));
+        self.flush().await?;
+        tracing::debug!(connection = self.id, peer = %self.peer, user = %self.user, vhost = name, "connection open");
+        Ok(())
+    }
+}
+
+fn unexpected(expected: &str, got: &Frame) -> Fault {
+    let got = match got {
+        Frame::Method { method, .. } => method.name().to_string(),
+        Frame::Header { .. } => "a content header".into(),
+        Frame::Body { .. } => "a content body".into(),
+        Frame::Heartbeat { .. } => "a heartbeat".into(),
+    };
+    Fault::connection(
+        reply_code::COMMAND_INVALID,
+        format!("expected '{expected}', got {got}"),
+        Cause::default(),
+    )
+}
+
+/// PLAIN: `authzid NUL authcid NUL password`.
+fn parse_plain(response: &Bytes) -> Option<(String, String)> {
+    let mut parts = response.split(|b| *b == 0);
+    let _authzid = parts.next()?;
+    let user = std::str::from_utf8(parts.next()?).ok()?;
+    let password = std::str::from_utf8(parts.next()?).ok()?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// AMQPLAIN: a field table (without its length prefix) with LOGIN and PASSWORD.
+fn parse_amqplain(response: &Bytes) -> Option<(String, String)> {
+    let table = wire::decode_table_body(response.clone()).ok()?;
+    let user = table.get("LOGIN")?.as_str()?.to_owned();
+    let password = table.get("PASSWORD")?.as_str()?.to_owned();
+    Some((user, password))
+}
+
+fn server_start() -> ConnectionStart {
+    let mut caps = FieldTable::default();
+    for capability in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ] {
+        caps.insert(capability, FieldValue::Bool(true));
+    }
+    let text = |s: &str| FieldValue::LongStr(Bytes::copy_from_slice(s.as_bytes()));
+    let mut props = FieldTable::default();
+    props.insert("capabilities", FieldValue::Table(caps));
+    props.insert("product", text("Warren"));
+    props.insert("version", text(env!("CARGO_PKG_VERSION")));
+    props.insert("platform", text("Rust"));
+    props.insert("cluster_name", text("warren"));
+    props.insert("copyright", text("Warren contributors"));
+    props.insert(
+        "information",
+        text("Apache-2.0 licensed; speaks AMQP 0.9.1"),
+    );
+    ConnectionStart {
+        version_major: 0,
+        version_minor: 9,
+        server_properties: props,
+        mechanisms: Bytes::from_static(MECHANISMS.as_bytes()),
+        locales: Bytes::from_static(b"en_US"),
+    }
+}

@@ -1,0 +1,12 @@
+//! AMQP 0.9.1: one task per connection (see `connection.rs` for the turn it runs).
+
+mod channel;
+mod connection;
+mod consume;
+mod convert;
+mod fault;
+mod handshake;
+mod publish;
+mod writer;
+
+pub use connection::{serve, Shared};

@@ -1,0 +1,382 @@
+//! Publishing: assembling method + header + body frames into a message, routing it through
+//! the vhost's snapshot, batching it per target queue, mandatory returns, publisher confirms
+//! and transactions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use warren_core::message::{Format, Message};
+use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::value::Table;
+use warren_proto::amqp091::{
+    self as wire, reply_code, BasicAck, BasicProperties, BasicPublish, BasicReturn, ContentHeader,
+    Method,
+};
+
+use super::channel::Unacked;
+use super::connection::Connection;
+use super::convert::table_to_core;
+use super::fault::{Cause, Fault};
+
+const BASIC_CLASS_ID: u16 = 60;
+const PUBLISH_CAUSE: Cause = Cause {
+    class_id: 60,
+    method_id: 40,
+};
+pub const REPLY_TO_PSEUDO_QUEUE: &str = "amq.rabbitmq.reply-to";
+
+/// A publish whose content is still arriving.
+pub struct Assembly {
+    publish: BasicPublish,
+    header: Option<ContentHeader>,
+    chunks: Vec<Bytes>,
+    received: u64,
+}
+
+/// Work of a transaction, applied at tx.commit.
+#[derive(Default)]
+pub struct TxBuffer {
+    publishes: Vec<(Vec<QueueHandle>, Arc<Message>, bool)>,
+    settles: Vec<(SettleOp, Unacked)>,
+}
+
+/// Publishes and settlements collected while decoding one read, sent per queue in batches.
+#[derive(Default)]
+pub struct Pending {
+    publishes: HashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
+    settles: HashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
+    confirm_channels: Vec<u16>,
+}
+
+impl Pending {
+    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>) {
+        self.publishes
+            .entry(queue.key())
+            .or_insert_with(|| (queue.clone(), Vec::new()))
+            .1
+            .push(message);
+    }
+
+    pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
+        self.settles
+            .entry((queue.key(), op))
+            .or_insert_with(|| (queue.clone(), Vec::new()))
+            .1
+            .push(seq);
+    }
+}
+
+impl Connection {
+    pub(super) fn on_publish(&mut self, id: u16, publish: BasicPublish) -> Result<(), Fault> {
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller checked the channel");
+        channel.assembly = Some(Assembly {
+            publish,
+            header: None,
+            chunks: Vec::new(),
+            received: 0,
+        });
+        Ok(())
+    }
+
+    pub(super) fn on_header(&mut self, id: u16, header: ContentHeader) -> Result<(), Fault> {
+        let max_size = self.shared.config.max_message_size;
+        let Some(channel) = self.channels.get_mut(&id) else {
+            return Err(unexpected_content(id));
+        };
+        if channel.closing {
+            return Ok(());
+        }
+        let Some(assembly) = channel.assembly.as_mut().filter(|a| a.header.is_none()) else {
+            return Err(unexpected_content(id));
+        };
+        if header.class_id != BASIC_CLASS_ID {
+            return Err(Fault::connection(
+                reply_code::FRAME_ERROR,
+                format!(
+                    "content header for class {} on basic.publish",
+                    header.class_id
+                ),
+                PUBLISH_CAUSE,
+            ));
+        }
+        if header.body_size > max_size {
+            channel.assembly = None;
+            return Err(Fault::new(
+                id,
+                reply_code::PRECONDITION_FAILED,
+                format!(
+                    "message size {} is larger than configured max size {max_size}",
+                    header.body_size
+                ),
+                PUBLISH_CAUSE,
+            ));
+        }
+        let empty = header.body_size == 0;
+        assembly.header = Some(header);
+        if empty {
+            self.complete_publish(id)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_body(&mut self, id: u16, payload: Bytes) -> Result<(), Fault> {
+        let Some(channel) = self.channels.get_mut(&id) else {
+            return Err(unexpected_content(id));
+        };
+        if channel.closing {
+            return Ok(());
+        }
+        let Some(assembly) = channel.assembly.as_mut() else {
+            return Err(unexpected_content(id));
+        };
+        let Some(header) = &assembly.header else {
+            return Err(unexpected_content(id));
+        };
+        assembly.received += payload.len() as u64;
+        if assembly.received > header.body_size {
+            return Err(Fault::connection(
+                reply_code::FRAME_ERROR,
+                format!(
+                    "body frames carry {} bytes, more than the declared body size {}",
+                    assembly.received, header.body_size
+                ),
+                PUBLISH_CAUSE,
+            ));
+        }
+        let done = assembly.received == header.body_size;
+        assembly.chunks.push(payload);
+        if done {
+            self.complete_publish(id)?;
+        }
+        Ok(())
+    }
+
+    fn complete_publish(&mut self, id: u16) -> Result<(), Fault> {
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller checked the channel");
+        let assembly = channel
+            .assembly
+            .take()
+            .expect("invariant: a publish is being assembled");
+        let header = assembly
+            .header
+            .expect("invariant: complete content has a header");
+        let body = join(assembly.chunks);
+        debug_assert_eq!(body.len() as u64, header.body_size);
+        let publish = assembly.publish;
+        let properties = self.rewrite_reply_to(id, header.properties)?;
+        let message = Arc::new(Message {
+            format: Format::Amqp091,
+            exchange: publish.exchange.to_bytes(),
+            routing_key: publish.routing_key.to_bytes(),
+            persistent: wire::peek_delivery_mode(&properties) == Some(2),
+            properties,
+            body,
+        });
+        let targets = self.route(id, &message)?;
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: checked above");
+        if let Some(tx) = channel.tx.as_mut() {
+            tx.publishes.push((targets, message, publish.mandatory));
+            return Ok(());
+        }
+        if let Some(confirm) = channel.confirm.as_mut() {
+            confirm.published += 1;
+            if !self.pending.confirm_channels.contains(&id) {
+                self.pending.confirm_channels.push(id);
+            }
+        }
+        self.deliver_published(id, targets, message, publish.mandatory);
+        Ok(())
+    }
+
+    /// Queues `message` for its targets, or returns it to the publisher when mandatory and
+    /// unroutable (the return is written before the confirm, as the spec orders).
+    fn deliver_published(
+        &mut self,
+        id: u16,
+        targets: Vec<QueueHandle>,
+        message: Arc<Message>,
+        mandatory: bool,
+    ) {
+        if targets.is_empty() {
+            if mandatory {
+                let method = Method::BasicReturn(BasicReturn {
+                    reply_code: reply_code::NO_ROUTE,
+                    reply_text: "NO_ROUTE".into(),
+                    exchange: wire::ShortStr::from_utf8(message.exchange.clone())
+                        .unwrap_or_default(),
+                    routing_key: wire::ShortStr::from_utf8(message.routing_key.clone())
+                        .unwrap_or_default(),
+                });
+                let frame_max = self.tuning.frame_max;
+                self.out
+                    .content(id, &method, &message.properties, &message.body, frame_max);
+            }
+            return;
+        }
+        for queue in &targets {
+            self.pending.publish(queue, message.clone());
+        }
+    }
+
+    fn route(&mut self, id: u16, message: &Message) -> Result<Vec<QueueHandle>, Fault> {
+        let vhost = self.vhost();
+        let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
+        let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
+        let mut headers = || -> Option<Table> {
+            let properties = BasicProperties::decode(&message.properties).ok()?;
+            properties.headers.as_ref().map(table_to_core)
+        };
+        let mut targets = Vec::new();
+        vhost
+            .snapshot()
+            .route(exchange, routing_key, &mut headers, &mut targets)
+            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))?;
+        Ok(targets)
+    }
+
+    /// Direct reply-to: `reply_to = amq.rabbitmq.reply-to` becomes the channel's private
+    /// reply queue, so the responder's publish to that name reaches this channel's consumer.
+    fn rewrite_reply_to(&mut self, id: u16, raw: Bytes) -> Result<Bytes, Fault> {
+        let marker = REPLY_TO_PSEUDO_QUEUE.as_bytes();
+        if !raw.windows(marker.len()).any(|w| w == marker) {
+            return Ok(raw);
+        }
+        let Ok(mut properties) = BasicProperties::decode(&raw) else {
+            return Ok(raw);
+        };
+        if properties.reply_to.as_deref() != Some(REPLY_TO_PSEUDO_QUEUE) {
+            return Ok(raw);
+        }
+        let channel = self
+            .channels
+            .get(&id)
+            .expect("invariant: caller checked the channel");
+        let Some(queue) = &channel.reply_queue else {
+            return Err(Fault::new(
+                id,
+                reply_code::PRECONDITION_FAILED,
+                "fast reply consumer does not exist",
+                PUBLISH_CAUSE,
+            ));
+        };
+        properties.reply_to = Some(queue.name().as_ref().into());
+        let mut out = BytesMut::with_capacity(raw.len() + 32);
+        properties.encode(&mut out);
+        Ok(out.freeze())
+    }
+
+    /// Hands collected publishes and settlements to their queues, then confirms.
+    ///
+    /// Durability event for confirms: the message is in every target queue's mailbox, which
+    /// the queue processes in order, in memory. (Persistent messages to durable queues will
+    /// wait for the message store's fsync once it exists.)
+    pub(super) async fn flush_pending(&mut self) {
+        let mut publishes = std::mem::take(&mut self.pending.publishes);
+        for (_, (queue, batch)) in publishes.drain() {
+            // A queue deleted meanwhile drops the message, as the route was taken before.
+            let _ = queue.send(QueueCmd::Publish(batch)).await;
+        }
+        self.pending.publishes = publishes;
+        let mut settles = std::mem::take(&mut self.pending.settles);
+        for ((_, op), (queue, seqs)) in settles.drain() {
+            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
+        }
+        self.pending.settles = settles;
+        let confirm_channels = std::mem::take(&mut self.pending.confirm_channels);
+        for id in &confirm_channels {
+            let Some(confirm) = self.channels.get_mut(id).and_then(|c| c.confirm.as_mut()) else {
+                continue;
+            };
+            if confirm.published > confirm.acked {
+                let ack = BasicAck {
+                    delivery_tag: confirm.published,
+                    multiple: confirm.published - confirm.acked > 1,
+                };
+                confirm.acked = confirm.published;
+                self.out.method(*id, &Method::BasicAck(ack));
+            }
+        }
+        self.pending.confirm_channels = confirm_channels;
+        self.pending.confirm_channels.clear();
+    }
+
+    pub(super) fn tx_settle(&mut self, id: u16, op: SettleOp, unacked: Vec<Unacked>) -> bool {
+        let Some(tx) = self.channels.get_mut(&id).and_then(|c| c.tx.as_mut()) else {
+            return false;
+        };
+        tx.settles.extend(unacked.into_iter().map(|u| (op, u)));
+        true
+    }
+
+    pub(super) async fn tx_commit(&mut self, id: u16) {
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller checked the channel");
+        let tx = std::mem::take(
+            channel
+                .tx
+                .as_mut()
+                .expect("invariant: caller checked tx mode"),
+        );
+        for (targets, message, mandatory) in tx.publishes {
+            self.deliver_published(id, targets, message, mandatory);
+        }
+        for (op, unacked) in tx.settles {
+            self.pending.settle(&unacked.queue, op, unacked.seq);
+            self.note_settled(id, &unacked);
+        }
+        self.flush_pending().await;
+    }
+
+    /// Rollback: publishes are dropped, acknowledgements undone (the messages stay unacked).
+    pub(super) fn tx_rollback(&mut self, id: u16) {
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller checked the channel");
+        let tx = std::mem::take(
+            channel
+                .tx
+                .as_mut()
+                .expect("invariant: caller checked tx mode"),
+        );
+        for (_, unacked) in tx.settles {
+            let at = channel
+                .unacked
+                .partition_point(|u| u.delivery_tag < unacked.delivery_tag);
+            channel.unacked.insert(at, unacked);
+        }
+    }
+}
+
+fn join(chunks: Vec<Bytes>) -> Bytes {
+    match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.into_iter().next().unwrap_or_default(),
+        _ => {
+            // A body split over frames is joined once; single-frame bodies stay zero-copy.
+            let mut body = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            chunks.iter().for_each(|c| body.extend_from_slice(c));
+            body.freeze()
+        }
+    }
+}
+
+fn unexpected_content(id: u16) -> Fault {
+    Fault::connection(
+        reply_code::UNEXPECTED_FRAME,
+        format!("content frame on channel {id} without a basic.publish in progress"),
+        PUBLISH_CAUSE,
+    )
+}

@@ -1,0 +1,134 @@
+//! Outgoing frames of one connection, written with one vectored write per flush.
+//!
+//! Small frames are encoded into one buffer; a large body is not copied: its `Bytes` (a slice
+//! of some publisher's read buffer) joins the write list between its frame header and end.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use warren_proto::amqp091::{self as wire, Method, FRAME_END};
+
+/// Bodies at least this large are written from their own buffer instead of being copied.
+const ZERO_COPY_BYTES_MIN: usize = 4096;
+/// Buffers handed to one `writev`.
+const IOVECS_MAX: usize = 64;
+/// Capacity kept for the encode buffer between flushes; larger buffers are dropped after a
+/// burst so an idle connection stays small.
+const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+#[derive(Default)]
+pub struct Writer {
+    encode: BytesMut,
+    queued: VecDeque<Bytes>,
+    queued_bytes: usize,
+}
+
+impl Writer {
+    pub fn method(&mut self, channel: u16, method: &Method) {
+        wire::encode_method_frame(channel, method, &mut self.encode);
+    }
+
+    pub fn heartbeat(&mut self) {
+        wire::encode_heartbeat(&mut self.encode);
+    }
+
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.encode.extend_from_slice(bytes);
+    }
+
+    /// Writes a method with content: the method, the content header, and the body split into
+    /// frames of at most `frame_max` bytes.
+    pub fn content(
+        &mut self,
+        channel: u16,
+        method: &Method,
+        properties: &[u8],
+        body: &Bytes,
+        frame_max: u32,
+    ) {
+        self.method(channel, method);
+        let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        wire::encode_content_header(
+            channel,
+            method.class_id(),
+            size,
+            properties,
+            &mut self.encode,
+        );
+        // frame_max counts the 8 bytes of frame overhead.
+        let chunk_max = usize::try_from(frame_max.saturating_sub(8).max(1)).unwrap_or(usize::MAX);
+        let mut offset = 0;
+        while offset < body.len() {
+            let end = body.len().min(offset + chunk_max);
+            if end - offset < ZERO_COPY_BYTES_MIN {
+                wire::encode_body_frame(channel, &body[offset..end], &mut self.encode);
+            } else {
+                self.body_frame_shared(channel, body.slice(offset..end));
+            }
+            offset = end;
+        }
+    }
+
+    fn body_frame_shared(&mut self, channel: u16, payload: Bytes) {
+        let len = u32::try_from(payload.len()).expect("invariant: body chunk <= frame_max");
+        self.encode.put_u8(3); // frame type: body
+        self.encode.put_u16(channel);
+        self.encode.put_u32(len);
+        self.seal();
+        self.queued_bytes += payload.len();
+        self.queued.push_back(payload);
+        self.encode.put_u8(FRAME_END);
+    }
+
+    /// Moves the encode buffer to the write list.
+    fn seal(&mut self) {
+        if !self.encode.is_empty() {
+            let frozen = self.encode.split().freeze();
+            self.queued_bytes += frozen.len();
+            self.queued.push_back(frozen);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.encode.is_empty() && self.queued.is_empty()
+    }
+
+    /// Writes everything queued, in as few syscalls as the socket allows.
+    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
+        self.seal();
+        while !self.queued.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self
+                .queued
+                .iter()
+                .take(IOVECS_MAX)
+                .map(|b| IoSlice::new(b))
+                .collect();
+            let mut written = socket.write_vectored(&slices).await?;
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.queued_bytes -= written;
+            while written > 0 {
+                let front = self
+                    .queued
+                    .front_mut()
+                    .expect("invariant: written <= queued");
+                if front.len() <= written {
+                    written -= front.len();
+                    self.queued.pop_front();
+                } else {
+                    front.advance(written);
+                    written = 0;
+                }
+            }
+        }
+        debug_assert_eq!(self.queued_bytes, 0);
+        if self.encode.capacity() > ENCODE_BUFFER_KEEP_BYTES {
+            self.encode = BytesMut::new();
+        }
+        Ok(())
+    }
+}
