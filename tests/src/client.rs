@@ -201,3 +201,41 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Watches a channel for an asynchronous close by the broker (after a publish or an ack, which
+/// get no reply). It consumes from a server-named exclusive queue on that channel: lapin hands
+/// the broker's channel.close to every consumer on the channel as an error, deterministically,
+/// where a follow-up synchronous method would race with the close.
+pub struct ChannelWatch {
+    consumer: Consumer,
+}
+
+impl ChannelWatch {
+    pub async fn new(channel: &Channel) -> ChannelWatch {
+        let options = QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..Default::default()
+        };
+        let declare = channel.queue_declare("".into(), options, FieldTable::default());
+        let queue = bounded!(declare).expect("declare the watch queue");
+        let consumer = consume(channel, queue.name().as_str(), true).await;
+        ChannelWatch { consumer }
+    }
+
+    /// Waits for the broker to close the channel with `code`; returns the reply text.
+    pub async fn expect_close(mut self, code: u16) -> String {
+        match bounded!(self.consumer.next()) {
+            Some(Err(error)) => expect_amqp_error::<()>(Err(error), code),
+            Some(Ok(delivery)) => panic!("watch queue got a delivery: {delivery:?}"),
+            None => panic!("channel closed without an error (expected {code})"),
+        }
+    }
+
+    /// Asserts the channel is still open after `wait` (no close arrived).
+    pub async fn expect_open(&mut self, wait: Duration) {
+        if let Ok(item) = tokio::time::timeout(wait, self.consumer.next()).await {
+            panic!("channel should still be open, got {item:?}");
+        }
+    }
+}
