@@ -239,3 +239,28 @@ impl ChannelWatch {
         }
     }
 }
+
+/// Waits until a passive declare reports `expected` ready messages. declare-ok counts are a
+/// snapshot that RabbitMQ does not order after unconfirmed publishes, so tests poll.
+pub async fn wait_for_message_count(connection: &Connection, queue: &str, expected: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let count = message_count(connection, queue).await;
+        if count == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "queue {queue} has {count} ready messages, expected {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A channel in publisher-confirm mode: [`publish`] on it returns once the broker confirmed.
+pub async fn confirm_channel(connection: &Connection) -> Channel {
+    let channel = bounded!(connection.create_channel()).expect("open a channel");
+    let select = channel.confirm_select(lapin::options::ConfirmSelectOptions::default());
+    bounded!(select).expect("confirm.select");
+    channel
+}
