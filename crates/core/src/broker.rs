@@ -62,6 +62,7 @@ impl Broker {
     /// Checks a user's password and where they connect from.
     pub fn authenticate(
         &self,
+        mechanism: &str,
         user: &str,
         password: &str,
         from_loopback: bool,
@@ -78,7 +79,7 @@ impl Broker {
                 }
             }
             _ => Err(format!(
-                "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. \
+                "ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. \
                  For details see the broker logfile. (user '{user}')"
             )),
         }

@@ -17,7 +17,13 @@ impl VHost {
         if req.passive {
             return Err(self.no_exchange(&req.name));
         }
-        if req.name.is_empty() || req.name.starts_with("amq.") {
+        if req.name.is_empty() {
+            return Err(BrokerError::access_refused(format!(
+                "operation not permitted on the default exchange in vhost '{}'",
+                self.name
+            )));
+        }
+        if req.name.starts_with("amq.") {
             return Err(BrokerError::access_refused(format!(
                 "exchange name '{}' contains reserved prefix 'amq.*'",
                 req.name

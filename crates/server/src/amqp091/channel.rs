@@ -43,8 +43,9 @@ pub struct Channel {
     /// Publisher confirms: the last sequence number assigned and the last one acked.
     pub confirm: Option<Confirms>,
     pub tx: Option<TxBuffer>,
-    /// channel.flow active=false: deliveries wait here (bounded by consumer credit).
-    pub flow_paused: Option<VecDeque<warren_core::consumer::Delivery>>,
+    /// Deliveries over the channel-wide prefetch, written as acks make room (bounded by the
+    /// consumers' credit).
+    pub held: VecDeque<warren_core::consumer::Delivery>,
     /// The private queue behind direct reply-to, once the channel consumes from it.
     pub reply_queue: Option<QueueHandle>,
 }
@@ -64,18 +65,20 @@ impl Connection {
 
     pub(super) async fn on_channel_frame(&mut self, id: u16, method: Method) -> Result<(), Fault> {
         let cause = Cause::of(&method);
-        if id > self.tuning.channel_max {
-            return Err(Fault::connection(
-                reply_code::CHANNEL_ERROR,
-                format!(
-                    "channel {id} is above the negotiated channel_max {}",
-                    self.tuning.channel_max
-                ),
-                cause,
-            ));
-        }
         let Some(channel) = self.channels.get_mut(&id) else {
             if let Method::ChannelOpen(_) = method {
+                let open = self.channels.len();
+                if open >= usize::from(self.tuning.channel_max) {
+                    return Err(Fault::connection(
+                        reply_code::NOT_ALLOWED,
+                        format!(
+                            "number of channels opened ({open}) has reached the negotiated \
+                             channel_max ({})",
+                            self.tuning.channel_max
+                        ),
+                        cause,
+                    ));
+                }
                 self.channels.insert(id, Channel::default());
                 let ok = ChannelOpenOk::default();
                 self.out.method(id, &Method::ChannelOpenOk(ok));
@@ -134,10 +137,16 @@ impl Connection {
                 cause,
             )),
             Method::ChannelFlow(flow) => {
-                self.set_flow(id, flow.active);
-                let ok = ChannelFlowOk {
-                    active: flow.active,
-                };
+                if !flow.active {
+                    // As RabbitMQ: a client may not pause deliveries with flow; it uses
+                    // prefetch instead.
+                    return Err(Fault::connection(
+                        reply_code::NOT_IMPLEMENTED,
+                        "active=false",
+                        cause,
+                    ));
+                }
+                let ok = ChannelFlowOk { active: true };
                 self.out.method(id, &Method::ChannelFlowOk(ok));
                 Ok(())
             }
@@ -323,16 +332,8 @@ impl Connection {
         method_id: u16,
     ) {
         tracing::debug!(connection = self.id, channel = id, code, %text, "closing channel");
-        if let Some(mut channel) = self.channels.remove(&id) {
-            let consumers = std::mem::take(&mut channel.consumers);
-            let unacked = std::mem::take(&mut channel.unacked);
-            self.release_channel(Channel {
-                consumers,
-                unacked,
-                reply_queue: channel.reply_queue.take(),
-                ..Channel::default()
-            })
-            .await;
+        if let Some(channel) = self.channels.remove(&id) {
+            self.release_channel(channel).await;
         }
         self.channels.insert(
             id,
@@ -363,11 +364,9 @@ impl Connection {
             self.pending
                 .settle(&unacked.queue, SettleOp::Requeue, unacked.seq);
         }
-        if let Some(flow_paused) = channel.flow_paused {
-            for delivery in flow_paused {
-                self.pending
-                    .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
-            }
+        for delivery in channel.held {
+            self.pending
+                .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
         }
         if let Some(queue) = channel.reply_queue {
             let vhost = self.vhost();

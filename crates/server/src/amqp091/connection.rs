@@ -74,6 +74,7 @@ pub struct Connection {
     pub(super) pending: Pending,
     last_read: Instant,
     last_write: Instant,
+    closed_by_client: bool,
 }
 
 /// Serves one accepted socket until it closes.
@@ -104,6 +105,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         pending: Pending::default(),
         last_read: Instant::now(),
         last_write: Instant::now(),
+        closed_by_client: false,
     };
     let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
         Ok(Ok(())) => conn.run().await,
@@ -114,6 +116,13 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         conn.close_with(fault).await;
     }
     conn.teardown().await;
+    if conn.closed_by_client {
+        // As RabbitMQ: after close-ok it is the client that closes the socket.
+        let mut scratch = [0u8; 64];
+        let wait_eof =
+            async { while matches!(conn.reader.read(&mut scratch).await, Ok(n) if n > 0) {} };
+        let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait_eof).await;
+    }
     tracing::debug!(connection = id, %peer, "connection closed");
 }
 
@@ -260,6 +269,7 @@ impl Connection {
                 self.out
                     .method(0, &Method::ConnectionCloseOk(Default::default()));
                 let _ = self.flush().await;
+                self.closed_by_client = true;
                 Err(Fault::Gone("closed by client".into()))
             }
             Method::ConnectionUpdateSecret(_) => {

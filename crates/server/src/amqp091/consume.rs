@@ -34,18 +34,26 @@ pub struct ConsumerState {
     pub outstanding: u32,
     /// Delivered, not yet settled by the client.
     pub unacked: u32,
+    /// Delivered by the queue but held back by the channel-wide prefetch limit.
+    pub held: u32,
 }
 
 impl ConsumerState {
-    /// Outstanding credit this consumer should have now, before any channel-wide limit.
-    fn credit_target(&self) -> u32 {
-        if self.no_ack || self.prefetch == 0 {
-            CONSUMER_FLOW_CREDIT_MAX
-        } else {
-            self.prefetch
-                .min(CONSUMER_FLOW_CREDIT_MAX)
-                .saturating_sub(self.unacked)
+    /// Outstanding credit this consumer should have now. `global` is the channel-wide
+    /// prefetch (0 = none); deliveries held back by it count against the consumer too, so a
+    /// consumer never has more than the limit in flight.
+    fn credit_target(&self, global: u16) -> u32 {
+        if self.no_ack {
+            return CONSUMER_FLOW_CREDIT_MAX;
         }
+        let limit = match (self.prefetch, u32::from(global)) {
+            (0, 0) => return CONSUMER_FLOW_CREDIT_MAX,
+            (0, limit) | (limit, 0) => limit,
+            (own, global) => own.min(global),
+        };
+        limit
+            .min(CONSUMER_FLOW_CREDIT_MAX)
+            .saturating_sub(self.unacked + self.held)
     }
 }
 
@@ -204,6 +212,7 @@ impl Connection {
             prefetch: u32::from(channel.consumer_prefetch),
             outstanding: 0,
             unacked: 0,
+            held: 0,
         };
         let credit = self.initial_credit(id, &state);
         state.outstanding = credit;
@@ -379,6 +388,7 @@ impl Connection {
             self.pending.settle(&unacked.queue, op, unacked.seq);
             self.note_settled(id, unacked);
         }
+        self.release_held(id);
         Ok(())
     }
 
@@ -409,22 +419,8 @@ impl Connection {
             self.pending.settle(&u.queue, SettleOp::Requeue, u.seq);
             self.note_settled(id, u);
         }
+        self.release_held(id);
         Ok(())
-    }
-
-    pub(super) fn set_flow(&mut self, id: u16, active: bool) {
-        let Some(channel) = self.channels.get_mut(&id) else {
-            return;
-        };
-        if active {
-            if let Some(held) = channel.flow_paused.take() {
-                for delivery in held {
-                    self.on_event(Event::Deliver(delivery));
-                }
-            }
-        } else {
-            channel.flow_paused.get_or_insert_with(Default::default);
-        }
     }
 
     /// A queue event: write a delivery, or tell the client its consumer was cancelled.
@@ -455,7 +451,6 @@ impl Connection {
     }
 
     fn deliver(&mut self, delivery: Delivery) {
-        let frame_max = self.tuning.frame_max;
         let id = delivery.channel;
         let channel = self.channels.get_mut(&id).filter(|c| !c.closing);
         let consumer = channel.and_then(|c| {
@@ -468,14 +463,26 @@ impl Connection {
                 .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
             return;
         };
-        if let Some(held) = channel.flow_paused.as_mut() {
-            held.push_back(delivery);
+        let state = &mut channel.consumers[index];
+        state.outstanding = state.outstanding.saturating_sub(1);
+        let global = usize::from(channel.channel_prefetch);
+        if !state.no_ack && global > 0 && channel.unacked.len() >= global {
+            state.held += 1;
+            channel.held.push_back(delivery);
             return;
         }
+        self.write_delivery(id, index, delivery);
+    }
+
+    fn write_delivery(&mut self, id: u16, index: usize, delivery: Delivery) {
+        let frame_max = self.tuning.frame_max;
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller found the channel");
         channel.next_delivery_tag += 1;
         let delivery_tag = channel.next_delivery_tag;
         let state = &mut channel.consumers[index];
-        state.outstanding = state.outstanding.saturating_sub(1);
         if !state.no_ack {
             state.unacked += 1;
             channel.unacked.push_back(Unacked {
@@ -497,13 +504,36 @@ impl Connection {
             .content(id, &method, &message.properties, &message.body, frame_max);
     }
 
-    fn initial_credit(&self, id: u16, state: &ConsumerState) -> u32 {
-        let channel = &self.channels[&id];
-        let mut grant = state.credit_target();
-        if !state.no_ack && channel.channel_prefetch > 0 {
-            grant = grant.min(channel_room(channel));
+    /// Writes deliveries the channel-wide prefetch held back, as far as settlements made room.
+    pub(super) fn release_held(&mut self, id: u16) {
+        loop {
+            let Some(channel) = self.channels.get_mut(&id) else {
+                return;
+            };
+            let global = usize::from(channel.channel_prefetch);
+            if channel.held.is_empty() || (global > 0 && channel.unacked.len() >= global) {
+                return;
+            }
+            let delivery = channel
+                .held
+                .pop_front()
+                .expect("invariant: checked non-empty");
+            let Some(index) = channel
+                .consumers
+                .iter()
+                .position(|c| c.id == delivery.consumer)
+            else {
+                self.pending
+                    .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
+                continue;
+            };
+            channel.consumers[index].held -= 1;
+            self.write_delivery(id, index, delivery);
         }
-        grant
+    }
+
+    fn initial_credit(&self, id: u16, state: &ConsumerState) -> u32 {
+        state.credit_target(self.channels[&id].channel_prefetch)
     }
 
     /// Gives consumers back the credit their written or settled deliveries freed; batched so
@@ -511,17 +541,13 @@ impl Connection {
     pub(super) async fn grant_credit(&mut self) {
         let mut grants: Vec<(QueueHandle, u64, u32)> = Vec::new();
         for channel in self.channels.values_mut() {
-            if channel.closing || channel.flow_paused.is_some() || channel.consumers.is_empty() {
+            if channel.closing || channel.consumers.is_empty() {
                 continue;
             }
-            let mut room = (channel.channel_prefetch > 0).then(|| channel_room(channel));
+            let global = channel.channel_prefetch;
             for consumer in channel.consumers.iter_mut() {
-                let target = consumer.credit_target();
-                let mut grant = target.saturating_sub(consumer.outstanding);
-                if let (Some(room), false) = (room.as_mut(), consumer.no_ack) {
-                    grant = grant.min(*room);
-                    *room -= grant;
-                }
+                let target = consumer.credit_target(global);
+                let grant = target.saturating_sub(consumer.outstanding);
                 let worth_it = grant > 0 && (grant >= target / 2 || consumer.outstanding == 0);
                 if worth_it {
                     consumer.outstanding += grant;
@@ -533,17 +559,6 @@ impl Connection {
             let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
         }
     }
-}
-
-/// Room left under a channel-wide (global) prefetch for consumers that acknowledge.
-fn channel_room(channel: &super::channel::Channel) -> u32 {
-    let held: u32 = channel
-        .consumers
-        .iter()
-        .filter(|c| !c.no_ack)
-        .map(|c| c.outstanding + c.unacked)
-        .sum();
-    u32::from(channel.channel_prefetch).saturating_sub(held)
 }
 
 fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {

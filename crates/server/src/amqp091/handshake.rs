@@ -70,18 +70,19 @@ impl Connection {
             self.caps.authentication_failure_close = flag("authentication_failure_close");
         }
         let mechanism = start_ok.mechanism.as_str();
-        let credentials =
-            match mechanism {
-                "PLAIN" => parse_plain(&start_ok.response),
-                "AMQPLAIN" => parse_amqplain(&start_ok.response),
-                other => return Err(Fault::connection(
+        let credentials = match mechanism {
+            "PLAIN" => parse_plain(&start_ok.response),
+            "AMQPLAIN" => parse_amqplain(&start_ok.response),
+            other => {
+                return Err(Fault::connection(
                     reply_code::ACCESS_REFUSED,
                     format!(
                         "unsupported authentication mechanism '{other}', use one of {MECHANISMS}"
                     ),
                     Cause::default(),
-                )),
-            };
+                ))
+            }
+        };
         let Some((user, password)) = credentials else {
             return Err(Fault::connection(
                 reply_code::ACCESS_REFUSED,
@@ -90,7 +91,11 @@ impl Connection {
             ));
         };
         let loopback = self.peer.ip().is_loopback();
-        if let Err(text) = self.shared.broker.authenticate(&user, &password, loopback) {
+        if let Err(text) = self
+            .shared
+            .broker
+            .authenticate(mechanism, &user, &password, loopback)
+        {
             tracing::warn!(peer = %self.peer, %user, "authentication failed: {text}");
             if !self.caps.authentication_failure_close {
                 // Clients without the capability expect the socket to just close.
