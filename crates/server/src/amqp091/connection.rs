@@ -27,8 +27,11 @@ use super::publish::Pending;
 use super::writer::Writer;
 use crate::config::Config;
 
-/// Read buffer capacity reserved before each read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read space reserved before each read: starts small so idle connections stay small, doubles
+/// while reads fill it (a busy publisher then gets many frames per syscall), halves when they
+/// do not.
+const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
+const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
 /// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
@@ -63,6 +66,7 @@ pub struct Connection {
     reader: OwnedReadHalf,
     socket_w: OwnedWriteHalf,
     rbuf: BytesMut,
+    read_chunk: usize,
     pub(super) out: Writer,
     pub(super) outbox: Arc<Outbox>,
     events: Vec<Event>,
@@ -93,7 +97,8 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         peer,
         reader,
         socket_w,
-        rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        rbuf: BytesMut::new(),
+        read_chunk: READ_CHUNK_MIN_BYTES,
         out: Writer::default(),
         outbox: Outbox::new(),
         events: Vec::new(),
@@ -136,7 +141,7 @@ impl Connection {
                 Ok(None) => {}
                 Err(error) => return Err(Fault::decode(&error)),
             }
-            self.rbuf.reserve(READ_CHUNK_BYTES);
+            self.rbuf.reserve(READ_CHUNK_MIN_BYTES);
             if self.reader.read_buf(&mut self.rbuf).await? == 0 {
                 return Err(Fault::Gone("peer closed the socket".into()));
             }
@@ -145,7 +150,7 @@ impl Connection {
 
     /// Reads more bytes during the handshake (protocol header).
     pub(super) async fn read_more(&mut self) -> Result<&[u8], Fault> {
-        self.rbuf.reserve(READ_CHUNK_BYTES);
+        self.rbuf.reserve(READ_CHUNK_MIN_BYTES);
         if self.reader.read_buf(&mut self.rbuf).await? == 0 {
             return Err(Fault::Gone("peer closed the socket".into()));
         }
@@ -175,14 +180,21 @@ impl Connection {
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
-            self.rbuf.reserve(READ_CHUNK_BYTES);
+            self.rbuf.reserve(self.read_chunk);
+            let space = self.rbuf.capacity() - self.rbuf.len();
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf) => {
-                    if read? == 0 {
+                    let read = read?;
+                    if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
                     }
+                    self.adapt_read_chunk(read, space);
                     self.last_read = Instant::now();
                     self.on_read().await?;
+                    if self.rbuf.is_empty() && self.rbuf.capacity() > self.read_chunk * 2 {
+                        // After a burst: give the large buffer back.
+                        self.rbuf = BytesMut::new();
+                    }
                 }
                 () = outbox.notified() => self.on_events(),
                 _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
@@ -198,6 +210,14 @@ impl Connection {
             self.on_events();
             self.grant_credit().await;
             self.flush().await?;
+        }
+    }
+
+    fn adapt_read_chunk(&mut self, read: usize, space: usize) {
+        if read == space {
+            self.read_chunk = (self.read_chunk * 2).min(READ_CHUNK_MAX_BYTES);
+        } else if read < space / 4 {
+            self.read_chunk = (self.read_chunk / 2).max(READ_CHUNK_MIN_BYTES);
         }
     }
 
