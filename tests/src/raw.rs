@@ -301,6 +301,31 @@ impl RawClient {
         panic!("expected method {id:?} on channel {channel}, got {detail}");
     }
 
+    /// Reads a content header and its body frames on `channel`; returns the body.
+    pub async fn read_content(&mut self, channel: u16) -> Vec<u8> {
+        let header = self.next_frame().await;
+        assert_eq!(
+            (header.kind, header.channel),
+            (wire::FRAME_HEADER, channel),
+            "{header:?}"
+        );
+        let mut args = Reader::new(&header.payload);
+        let (_class, _weight) = (args.short(), args.short());
+        let size = usize::try_from(args.longlong()).expect("invariant: test bodies fit usize");
+        let mut body = Vec::with_capacity(size);
+        while body.len() < size {
+            let frame = self.next_frame().await;
+            assert_eq!(
+                (frame.kind, frame.channel),
+                (wire::FRAME_BODY, channel),
+                "{frame:?}"
+            );
+            body.extend_from_slice(&frame.payload);
+        }
+        assert_eq!(body.len(), size, "body frames overran the declared size");
+        body
+    }
+
     /// Reads frames (skipping anything else) until connection.close arrives on channel 0.
     pub async fn expect_connection_close(&mut self) -> Close {
         loop {

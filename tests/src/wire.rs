@@ -59,10 +59,15 @@ pub mod method {
     pub const BASIC_QOS: (u16, u16) = (60, 10);
     pub const BASIC_CONSUME: (u16, u16) = (60, 20);
     pub const BASIC_PUBLISH: (u16, u16) = (60, 40);
+    pub const BASIC_RETURN: (u16, u16) = (60, 50);
+    pub const BASIC_DELIVER: (u16, u16) = (60, 60);
     pub const BASIC_GET: (u16, u16) = (60, 70);
     pub const BASIC_GET_OK: (u16, u16) = (60, 71);
     pub const BASIC_GET_EMPTY: (u16, u16) = (60, 72);
     pub const BASIC_ACK: (u16, u16) = (60, 80);
+    pub const BASIC_NACK: (u16, u16) = (60, 120);
+    pub const TX_SELECT: (u16, u16) = (90, 10);
+    pub const TX_SELECT_OK: (u16, u16) = (90, 11);
     pub const CONFIRM_SELECT: (u16, u16) = (85, 10);
     pub const CONFIRM_SELECT_OK: (u16, u16) = (85, 11);
 }
@@ -126,6 +131,31 @@ pub fn content_header_frame(channel: u16, body_size: u64) -> Vec<u8> {
         .short(0)
         .build();
     frame(FRAME_HEADER, channel, &payload)
+}
+
+/// basic.publish, its content header and as many body frames as `frame_max` requires.
+pub fn publish_frames(
+    channel: u16,
+    exchange: &str,
+    routing_key: &str,
+    mandatory: bool,
+    body: &[u8],
+    frame_max: u32,
+) -> Vec<u8> {
+    let args = Args::new()
+        .short(0)
+        .shortstr(exchange)
+        .shortstr(routing_key)
+        .bits(&[mandatory, false])
+        .build();
+    let mut out = method_frame(channel, method::BASIC_PUBLISH, &args);
+    let body_size = u64::try_from(body.len()).expect("invariant: usize fits u64");
+    out.extend(content_header_frame(channel, body_size));
+    let chunk = usize::try_from(frame_max).expect("invariant: u32 fits usize") - 8;
+    for piece in body.chunks(chunk) {
+        out.extend(frame(FRAME_BODY, channel, piece));
+    }
+    out
 }
 
 /// The heartbeat frame (type 8, channel 0, empty payload).
