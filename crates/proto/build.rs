@@ -386,6 +386,7 @@ fn gen_struct_impl(s: &mut String, m: &MethodSpec) {
     .ok();
     gen_decode_args(s, m);
     gen_encode_args(s, m);
+    gen_args_len(s, m);
     s.push_str("}\n\n");
     writeln!(
         s,
@@ -474,6 +475,32 @@ fn gen_encode_args(s: &mut String, m: &MethodSpec) {
     s.push_str("    }\n");
 }
 
+/// `args_len`: the exact encoded size of the arguments, so that frames reserve once.
+fn gen_args_len(s: &mut String, m: &MethodSpec) {
+    let mut terms = Vec::new();
+    let mut fixed = 0usize;
+    for group in wire_groups(&m.args) {
+        match group.as_slice() {
+            [a] if a.ty != Ty::Bit => match a.ty {
+                Ty::Octet => fixed += 1,
+                Ty::Short => fixed += 2,
+                Ty::Long => fixed += 4,
+                Ty::LongLong | Ty::Timestamp => fixed += 8,
+                Ty::ShortStr => terms.push(format!("1 + self.{}.len()", a.field)),
+                Ty::LongStr => terms.push(format!("4 + self.{}.len()", a.field)),
+                Ty::Table => terms.push(format!("self.{}.encoded_len()", a.field)),
+                Ty::Bit => {}
+            },
+            _ => fixed += 1,
+        }
+    }
+    if fixed > 0 || terms.is_empty() {
+        terms.insert(0, fixed.to_string());
+    }
+    s.push_str("    fn args_len(&self) -> usize {\n");
+    writeln!(s, "        {}\n    }}", terms.join(" + ")).ok();
+}
+
 fn gen_enum(s: &mut String, spec: &Spec) {
     s.push_str(
         "/// Every AMQP 0.9.1 method (RabbitMQ's dialect), one variant per method struct.\n",
@@ -506,11 +533,16 @@ fn gen_enum_getter(
     )
     .ok();
     for m in &spec.methods {
+        let value = value(m);
+        let binding = if value.contains("m.args_len") {
+            "m"
+        } else {
+            "_"
+        };
         writeln!(
             s,
-            "            Method::{}(_) => {},",
-            m.rust_name(),
-            value(m)
+            "            Method::{}({binding}) => {value},",
+            m.rust_name()
         )
         .ok();
     }
@@ -548,22 +580,27 @@ fn gen_enum_impl(s: &mut String, spec: &Spec) {
         &|m| m.content.to_string(),
     );
     s.push_str(
-        "    /// Writes the method payload: class-id, method-id, then the arguments (no frame envelope).\n",
+        "    /// Writes the method payload: class-id, method-id, then the arguments \
+         (no frame envelope).\n",
     );
     s.push_str("    #[allow(clippy::too_many_lines)]\n");
     s.push_str("    pub fn encode(&self, out: &mut BytesMut) {\n        match self {\n");
     for m in &spec.methods {
-        writeln!(
-            s,
-            "            Method::{}(m) => {{\n                wire::put_short(out, {});\n                \
-             wire::put_short(out, {});\n                m.encode_args(out);\n            }}",
-            m.rust_name(),
-            m.class_id,
-            m.id
-        )
-        .ok();
+        let (name, class_id, method_id) = (m.rust_name(), m.class_id, m.id);
+        writeln!(s, "            Method::{name}(m) => {{").ok();
+        writeln!(s, "                wire::put_short(out, {class_id});").ok();
+        writeln!(s, "                wire::put_short(out, {method_id});").ok();
+        writeln!(s, "                m.encode_args(out);\n            }}").ok();
     }
-    s.push_str("        }\n    }\n}\n\n");
+    s.push_str("        }\n    }\n\n");
+    gen_enum_getter(
+        s,
+        spec,
+        "The exact size `encode` writes: 4 bytes of ids plus the arguments.",
+        "pub fn encoded_len(&self) -> usize",
+        &|_| "4 + m.args_len()".to_owned(),
+    );
+    s.push_str("}\n\n");
 }
 
 /// `decode_args_of(class_id, method_id, d)`: `None` for an unknown method.
@@ -589,7 +626,10 @@ fn gen_decode_dispatch(s: &mut String, spec: &Spec) {
 }
 
 fn gen_method_name(s: &mut String, spec: &Spec) {
-    s.push_str("/// The dotted name of a method (`\"basic.publish\"`), for error texts; `None` if unknown.\n");
+    s.push_str(
+        "/// The dotted name of a method (`\"basic.publish\"`), for error texts; \
+         `None` if unknown.\n",
+    );
     s.push_str("#[allow(clippy::too_many_lines)]\n");
     s.push_str("pub fn method_name(class_id: u16, method_id: u16) -> Option<&'static str> {\n");
     s.push_str("    let name = match (class_id, method_id) {\n");

@@ -25,7 +25,7 @@ pub enum DecodeError {
 
     /// The octet after the payload is not 0xCE.
     #[error(
-        "bad frame-end: found 0x{found:02X} instead of 0xCE after the {payload_size}-byte payload \
+        "invalid frame end marker: found 0x{found:02X} instead of 0xCE after the {payload_size}-byte payload \
          of a frame of type {frame_type} on channel {channel}"
     )]
     BadFrameEnd {
@@ -54,7 +54,7 @@ pub enum DecodeError {
     UnknownMethod { class_id: u16, method_id: u16 },
 
     /// A content header for a class that has no content (only basic, 60, has).
-    #[error("content header for class-id {class_id}: only class basic (60) carries content")]
+    #[error("content header for class-id {class_id}: expected class 60 (basic), the only class with content")]
     UnknownContentClass { class_id: u16 },
 
     /// A field needs more bytes than remain.
@@ -80,7 +80,8 @@ pub enum DecodeError {
 
     /// A field value with a type tag outside RabbitMQ's set (`tTbBsuIilfdDSAFVx`).
     #[error(
-        "{context}: field '{field}' has unknown field-value type 0x{tag:02X} ({}) at offset {offset}",
+        "{context}: field '{field}' has unknown field-value type 0x{tag:02X} ({}) at offset \
+         {offset}",
         (*tag as char).escape_default()
     )]
     UnknownFieldType {
@@ -118,9 +119,21 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
+    /// The method (or part) being decoded when the error was found, e.g. `"queue.declare"`.
+    pub fn context(&self) -> Option<&'static str> {
+        match self {
+            DecodeError::Truncated { context, .. }
+            | DecodeError::InvalidUtf8 { context, .. }
+            | DecodeError::UnknownFieldType { context, .. }
+            | DecodeError::NestingTooDeep { context, .. }
+            | DecodeError::TrailingBytes { context, .. } => Some(context),
+            _ => None,
+        }
+    }
+
     /// The connection-level reply code to close with: 501 FRAME_ERROR for frame structure,
     /// 502 SYNTAX_ERROR for malformed arguments, tables or properties, 540 NOT_IMPLEMENTED for
-    /// unknown methods.
+    /// unknown methods, 505 UNEXPECTED_FRAME for a content header of a class without content.
     pub fn reply_code(&self) -> u16 {
         match self {
             DecodeError::FrameTooLarge { .. }
@@ -128,9 +141,9 @@ impl DecodeError {
             | DecodeError::UnknownFrameType { .. }
             | DecodeError::BadHeartbeat { .. }
             | DecodeError::BadHeaderWeight { .. } => reply_code::FRAME_ERROR,
-            DecodeError::UnknownMethod { .. } | DecodeError::UnknownContentClass { .. } => {
-                reply_code::NOT_IMPLEMENTED
-            }
+            DecodeError::UnknownMethod { .. } => reply_code::NOT_IMPLEMENTED,
+            // As RabbitMQ: a content header where none can be is an unexpected frame.
+            DecodeError::UnknownContentClass { .. } => reply_code::UNEXPECTED_FRAME,
             DecodeError::Truncated { .. }
             | DecodeError::InvalidUtf8 { .. }
             | DecodeError::UnknownFieldType { .. }

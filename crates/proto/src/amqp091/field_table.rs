@@ -89,6 +89,15 @@ impl FieldTable {
         self.0.iter()
     }
 
+    /// The size `encode` writes, length prefix included.
+    pub fn encoded_len(&self) -> usize {
+        4 + self
+            .0
+            .iter()
+            .map(|(k, v)| 1 + k.len() + v.encoded_len())
+            .sum::<usize>()
+    }
+
     /// Writes the table as on the wire: `u32` byte length, then the entries.
     pub fn encode(&self, out: &mut BytesMut) {
         let at = wire::begin_len_u32(out);
@@ -124,7 +133,8 @@ impl FieldValue {
         }
     }
 
-    /// Any integer type (`U64`-range timestamps are not integers here); `None` if it does not fit.
+    /// Any integer variant (`I8` to `I64`, `U8` to `U32`) widened to `i64`; `None` for the other
+    /// variants, timestamps included.
     pub fn as_i64(&self) -> Option<i64> {
         match *self {
             FieldValue::I8(v) => Some(i64::from(v)),
@@ -165,6 +175,23 @@ impl FieldValue {
             FieldValue::Table(_) => b'F',
             FieldValue::Void => b'V',
             FieldValue::Bytes(_) => b'x',
+        }
+    }
+
+    /// The size `encode` writes, tag included.
+    pub fn encoded_len(&self) -> usize {
+        1 + match self {
+            FieldValue::Void => 0,
+            FieldValue::Bool(_) | FieldValue::I8(_) | FieldValue::U8(_) => 1,
+            FieldValue::I16(_) | FieldValue::U16(_) => 2,
+            FieldValue::I32(_) | FieldValue::U32(_) | FieldValue::F32(_) => 4,
+            FieldValue::Decimal { .. } => 5,
+            FieldValue::I64(_) | FieldValue::F64(_) | FieldValue::Timestamp(_) => 8,
+            FieldValue::LongStr(b) | FieldValue::Bytes(b) => 4 + b.len(),
+            FieldValue::Array(values) => {
+                4 + values.iter().map(FieldValue::encoded_len).sum::<usize>()
+            }
+            FieldValue::Table(t) => t.encoded_len(),
         }
     }
 
@@ -343,17 +370,37 @@ fn skip_value(
     c.take(fixed, field).map(drop)
 }
 
+#[cfg(test)]
+#[path = "field_table_test.rs"]
+mod tests;
+
 /// Decodes a table body that has no length prefix (the AMQPLAIN SASL response).
 pub fn decode_table_body(body: Bytes) -> Result<FieldTable, DecodeError> {
-    let mut framed = BytesMut::with_capacity(body.len() + 4);
     let len = u32::try_from(body.len()).map_err(|_| DecodeError::InvalidUtf8 {
         context: "AMQPLAIN response",
         field: "table",
         offset: 0,
     })?;
+    let mut framed = BytesMut::with_capacity(body.len() + 4);
     framed.put_u32(len);
     framed.extend_from_slice(&body);
     let framed = framed.freeze();
     let mut cursor = Cursor::new(&framed, "AMQPLAIN response");
     decode_table(&framed, &mut cursor, "table", FIELD_DEPTH_MAX)
+}
+
+#[cfg(test)]
+mod table_body_tests {
+    use super::*;
+
+    #[test]
+    fn table_body_round_trips_and_rejects_garbage() {
+        let mut table = FieldTable::default();
+        table.insert("LOGIN", FieldValue::LongStr(Bytes::from_static(b"guest")));
+        let mut encoded = BytesMut::new();
+        table.encode(&mut encoded);
+        let body = encoded.freeze().slice(4..);
+        assert_eq!(decode_table_body(body).unwrap(), table);
+        assert!(decode_table_body(Bytes::from_static(b"\x05LOGINZ")).is_err());
+    }
 }

@@ -83,8 +83,12 @@ pub enum Frame {
 ///
 /// Checks, before parsing or allocating anything, that the declared size fits `frame_max` (the
 /// negotiated maximum for the WHOLE frame including its 8 bytes of overhead, as RabbitMQ; 0 means
-/// no limit) and that the frame-end octet is 0xCE. Those errors leave `buf` untouched; errors in
-/// the payload consume the frame. Either way the connection must close with `reply_code()`.
+/// no limit; before connection.tune-ok a broker passes `FRAME_MIN_SIZE`, as the spec asks) and
+/// that the frame-end octet is 0xCE. Those errors leave `buf` untouched; errors in the payload
+/// consume the frame. Either way the connection must close with `reply_code()`.
+///
+/// A heartbeat on a non-zero channel is returned as is: whether that is an error is the
+/// connection's call (RabbitMQ closes with 501).
 pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, DecodeError> {
     let Some(Ok(header)) = buf
         .get(..FRAME_HEADER_SIZE)
@@ -175,10 +179,11 @@ fn decode_content_header(payload: Bytes) -> Result<ContentHeader, DecodeError> {
 
 /// Writes a whole method frame, frame-end included.
 pub fn encode_method_frame(channel: u16, method: &Method, out: &mut BytesMut) {
-    // Hot-path methods (publish, deliver, ack) fit; others grow `out` as they write.
-    out.reserve(FRAME_OVERHEAD + 64);
+    let payload_size = method.encoded_len();
+    out.reserve(FRAME_OVERHEAD + payload_size);
     let start = begin_frame(FRAME_METHOD, channel, out);
     method.encode(out);
+    debug_assert_eq!(out.len() - start, FRAME_HEADER_SIZE + payload_size);
     end_frame(start, out);
 }
 
@@ -241,3 +246,7 @@ fn end_frame(start: usize, out: &mut BytesMut) {
 fn wire_len(len: usize) -> u32 {
     super::wire::len_u32(len)
 }
+
+#[cfg(test)]
+#[path = "frame_test.rs"]
+mod tests;

@@ -28,7 +28,7 @@ fn frame_round_trip(channel: u16, method: &Method) -> Method {
 #[test]
 fn every_method_round_trips_with_defaults() {
     let methods = every_method();
-    assert_eq!(methods.len(), 65);
+    assert_eq!(methods.len(), 66);
     for method in methods {
         assert_eq!(
             Method::decode(encode(&method)),
@@ -129,7 +129,7 @@ fn truncated_arguments_are_502_at_every_length() {
     let err = Method::decode(full.slice(..7)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "basic.publish: field 'exchange' is truncated at offset 6: needs 1 byte(s), 1 remain"
+        "basic.publish: field 'exchange' is truncated at offset 7: needs 1 byte(s), 0 remain"
     );
 }
 
@@ -165,6 +165,7 @@ proptest! {
 
     #[test]
     fn any_method_round_trips(method in any_method(), channel in any::<u16>()) {
+        prop_assert_eq!(encode(&method).len(), method.encoded_len());
         prop_assert_eq!(Method::decode(encode(&method)), Ok(method.clone()));
         prop_assert_eq!(frame_round_trip(channel, &method), method);
     }

@@ -244,3 +244,7 @@ fn peek_octet(raw: &[u8], target: usize) -> Option<u8> {
     }
     c.octet("property").ok()
 }
+
+#[cfg(test)]
+#[path = "properties_test.rs"]
+mod tests;

@@ -187,7 +187,7 @@ mod tests {
 
 impl ShortStr {
     /// Wraps `bytes` without copying, checking that they are UTF-8 and at most 255 bytes
-    /// (for strings that arrive in some other container, such as a stored message).
+    /// (strings that arrive in another container, such as a message a queue holds).
     pub fn from_utf8(bytes: Bytes) -> Result<ShortStr, crate::amqp091::DecodeError> {
         if bytes.len() > ShortStr::MAX_LEN || std::str::from_utf8(&bytes).is_err() {
             return Err(crate::amqp091::DecodeError::InvalidUtf8 {
@@ -197,5 +197,24 @@ impl ShortStr {
             });
         }
         Ok(ShortStr(bytes))
+    }
+}
+
+#[cfg(test)]
+mod from_utf8_tests {
+    use super::*;
+
+    #[test]
+    fn from_utf8_checks_length_and_encoding() {
+        let ok = ShortStr::from_utf8(Bytes::from_static(b"orders")).unwrap();
+        assert_eq!(ok.as_str(), "orders");
+        assert!(ShortStr::from_utf8(Bytes::from_static(b"\xff")).is_err());
+        assert!(ShortStr::from_utf8(Bytes::from(vec![b'a'; 256])).is_err());
+        assert_eq!(
+            ShortStr::from_utf8(Bytes::from(vec![b'a'; 255]))
+                .unwrap()
+                .len(),
+            255
+        );
     }
 }

@@ -16,7 +16,7 @@ use super::connection::Connection;
 use super::consume::ConsumerState;
 use super::convert::table_to_core;
 use super::fault::{Cause, Fault};
-use super::publish::{Assembly, TxBuffer};
+use super::publish::{Assembly, TxBuffer, REPLY_TO_PSEUDO_QUEUE};
 
 /// A delivery the client has not acknowledged yet.
 #[derive(Debug, Clone)]
@@ -86,10 +86,7 @@ impl Connection {
             }
             return Err(Fault::connection(
                 reply_code::CHANNEL_ERROR,
-                format!(
-                    "expected 'channel.open' on channel {id}, got '{}'",
-                    method.name()
-                ),
+                "expected 'channel.open'",
                 cause,
             ));
         };
@@ -102,11 +99,11 @@ impl Connection {
         if channel.assembly.is_some() {
             return Err(Fault::connection(
                 reply_code::UNEXPECTED_FRAME,
-                format!(
-                    "expected content header for class 60, got non content header frame '{}'",
-                    method.name()
-                ),
-                cause,
+                "expected content header for class 60, got non content header frame instead",
+                Cause {
+                    class_id: 60,
+                    method_id: 40,
+                },
             ));
         }
         self.on_method(id, method, cause).await
@@ -133,7 +130,7 @@ impl Connection {
             Method::ChannelCloseOk(_) => Ok(()),
             Method::ChannelOpen(_) => Err(Fault::connection(
                 reply_code::CHANNEL_ERROR,
-                format!("second 'channel.open' seen on channel {id}"),
+                "second 'channel.open' seen",
                 cause,
             )),
             Method::ChannelFlow(flow) => {
@@ -237,6 +234,15 @@ impl Connection {
         let vhost = self.vhost();
         let fail = |error| Fault::broker(id, error, cause);
         let (nowait, reply) = match method {
+            Method::QueueDeclare(m) if m.passive && m.queue.as_str() == REPLY_TO_PSEUDO_QUEUE => {
+                // The direct reply-to pseudo queue always exists, as in RabbitMQ.
+                let ok = QueueDeclareOk {
+                    queue: m.queue.clone(),
+                    message_count: 0,
+                    consumer_count: 1,
+                };
+                (m.nowait, Method::QueueDeclareOk(ok))
+            }
             Method::QueueDeclare(m) => {
                 let request = QueueDeclare {
                     name: m.queue.as_str().to_owned(),

@@ -274,7 +274,12 @@ impl Connection {
 
     async fn on_frame(&mut self, frame: Frame) -> Result<(), Fault> {
         match frame {
-            Frame::Heartbeat { .. } => Ok(()),
+            Frame::Heartbeat { channel: 0 } => Ok(()),
+            Frame::Heartbeat { channel } => Err(Fault::connection(
+                reply_code::FRAME_ERROR,
+                format!("heartbeat frame on channel {channel}; heartbeats belong on channel 0"),
+                Cause::default(),
+            )),
             Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
             Frame::Method { channel, method } => self.on_channel_frame(channel, method).await,
             Frame::Header { channel, header } => self.on_header(channel, header),

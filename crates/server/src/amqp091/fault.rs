@@ -90,7 +90,8 @@ impl Fault {
     }
 
     pub fn decode(error: &DecodeError) -> Fault {
-        Fault::connection(error.reply_code(), error.to_string(), Cause::default())
+        let cause = error.context().and_then(method_ids).unwrap_or_default();
+        Fault::connection(error.reply_code(), error.to_string(), cause)
     }
 }
 
@@ -98,4 +99,19 @@ impl From<std::io::Error> for Fault {
     fn from(error: std::io::Error) -> Fault {
         Fault::Gone(error.to_string())
     }
+}
+
+/// The class and method ids of a method named like `queue.declare` (error path only).
+fn method_ids(name: &str) -> Option<Cause> {
+    const CLASS_IDS: [u16; 8] = [10, 20, 30, 40, 50, 60, 85, 90];
+    CLASS_IDS.iter().find_map(|&class_id| {
+        (0..=200u16)
+            .find(|&method_id| {
+                warren_proto::amqp091::method_name(class_id, method_id) == Some(name)
+            })
+            .map(|method_id| Cause {
+                class_id,
+                method_id,
+            })
+    })
 }

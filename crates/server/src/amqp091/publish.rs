@@ -69,6 +69,14 @@ impl Pending {
 
 impl Connection {
     pub(super) fn on_publish(&mut self, id: u16, publish: BasicPublish) -> Result<(), Fault> {
+        if publish.immediate {
+            // As RabbitMQ 3.x: the immediate flag was dropped from the protocol's practice.
+            return Err(Fault::connection(
+                reply_code::NOT_IMPLEMENTED,
+                "immediate=true",
+                PUBLISH_CAUSE,
+            ));
+        }
         let channel = self
             .channels
             .get_mut(&id)
@@ -170,6 +178,7 @@ impl Connection {
         let body = join(assembly.chunks);
         debug_assert_eq!(body.len() as u64, header.body_size);
         let publish = assembly.publish;
+        self.check_user_id(id, &header.properties)?;
         let properties = self.rewrite_reply_to(id, header.properties)?;
         let message = Arc::new(Message {
             format: Format::Amqp091,
@@ -242,6 +251,29 @@ impl Connection {
             .route(exchange, routing_key, &mut headers, &mut targets)
             .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))?;
         Ok(targets)
+    }
+
+    /// As RabbitMQ: a `user_id` property must name the authenticated user.
+    fn check_user_id(&self, id: u16, raw: &Bytes) -> Result<(), Fault> {
+        const USER_ID_FLAG: u8 = 0x10; // bit 4 of the first flags word
+        if raw.get(1).is_none_or(|low| low & USER_ID_FLAG == 0) {
+            return Ok(());
+        }
+        let Ok(properties) = BasicProperties::decode(raw) else {
+            return Ok(()); // validated when the frame was decoded
+        };
+        match properties.user_id {
+            Some(user_id) if user_id.as_str() != self.user => Err(Fault::new(
+                id,
+                reply_code::PRECONDITION_FAILED,
+                format!(
+                    "user_id property set to '{user_id}' but authenticated user was '{}'",
+                    self.user
+                ),
+                PUBLISH_CAUSE,
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Direct reply-to: `reply_to = amq.rabbitmq.reply-to` becomes the channel's private
