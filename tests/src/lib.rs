@@ -46,7 +46,7 @@ pub struct TestBroker {
 
 enum Target {
     External { url: String, addr: SocketAddr },
-    InProcess(InProcess),
+    InProcess(Box<InProcess>),
 }
 
 struct InProcess {
@@ -87,12 +87,12 @@ impl TestBroker {
         let running = start_in_process(config.clone()).await;
         let addr = running.amqp_addr();
         TestBroker {
-            target: Target::InProcess(InProcess {
+            target: Target::InProcess(Box::new(InProcess {
                 running,
                 config,
                 addr,
                 _data_dir: data_dir,
-            }),
+            })),
         }
     }
 
@@ -134,17 +134,17 @@ impl TestBroker {
             config,
             _data_dir,
             ..
-        } = broker;
+        } = *broker;
         bounded!(running.shutdown(), Duration::from_secs(10));
         let running = start_in_process(config.clone()).await;
         let addr = running.amqp_addr();
         TestBroker {
-            target: Target::InProcess(InProcess {
+            target: Target::InProcess(Box::new(InProcess {
                 running,
                 config,
                 addr,
                 _data_dir,
-            }),
+            })),
         }
     }
 

@@ -58,6 +58,7 @@ pub mod method {
     pub const QUEUE_DECLARE_OK: (u16, u16) = (50, 11);
     pub const BASIC_QOS: (u16, u16) = (60, 10);
     pub const BASIC_CONSUME: (u16, u16) = (60, 20);
+    pub const BASIC_CONSUME_OK: (u16, u16) = (60, 21);
     pub const BASIC_PUBLISH: (u16, u16) = (60, 40);
     pub const BASIC_RETURN: (u16, u16) = (60, 50);
     pub const BASIC_DELIVER: (u16, u16) = (60, 60);

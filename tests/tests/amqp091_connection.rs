@@ -370,3 +370,66 @@ async fn client_close_is_answered_with_close_ok() {
         Some(RawError::TimedOut)
     );
 }
+
+/// tune-ok asking for more than the broker proposed fails the handshake. RabbitMQ 3.10.8 logs
+/// "negotiated frame_max = 1048576 is higher than the maximum allowed value (131072)" and
+/// closes the socket; a broker that sends connection.close must name frame_max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tune_ok_above_the_proposed_frame_max_is_refused() {
+    let broker = TestBroker::start().await;
+    let mut client = RawClient::connect(broker.addr()).await;
+    client.send(wire::PROTOCOL_HEADER).await;
+    client.expect_start().await;
+    client
+        .start_ok("PLAIN", &plain_response("guest", "guest"))
+        .await;
+    let proposed = client.expect_tune().await;
+    let greedy = warren_tests::raw::Tune {
+        frame_max: proposed.frame_max * 8,
+        ..proposed
+    };
+    client.tune_ok(greedy).await;
+    let open = Args::new()
+        .shortstr("/")
+        .shortstr("")
+        .bits(&[false])
+        .build();
+    let _ = client
+        .send_lenient(&wire::method_frame(0, method::CONNECTION_OPEN, &open))
+        .await;
+    let outcome = client.expect_close_or_eof(Duration::from_secs(6)).await;
+    if let Some(close) = outcome {
+        assert!(close.text.contains("frame_max"), "{close:?}");
+    }
+}
+
+/// Warren only: the configured limits are what connection.tune proposes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_limits_are_proposed_in_tune() {
+    let broker = TestBroker::start_with(|config| {
+        config.frame_max = 8192;
+        config.channel_max = 7;
+        config.heartbeat = 3;
+    })
+    .await;
+    if broker.skip_if_external("the external broker's config cannot be changed from here") {
+        return;
+    }
+    let mut client = RawClient::connect(broker.addr()).await;
+    client.send(wire::PROTOCOL_HEADER).await;
+    client.expect_start().await;
+    client
+        .start_ok("PLAIN", &plain_response("guest", "guest"))
+        .await;
+    let proposed = client.expect_tune().await;
+    let expected = warren_tests::raw::Tune {
+        channel_max: 7,
+        frame_max: 8192,
+        heartbeat: 3,
+    };
+    assert_eq!(proposed, expected);
+    let connection = broker.connect().await;
+    assert_eq!(connection.configuration().frame_max(), 8192);
+    assert_eq!(connection.configuration().channel_max(), 7);
+    assert_eq!(connection.configuration().heartbeat(), 3);
+}
