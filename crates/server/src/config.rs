@@ -82,18 +82,9 @@ impl Config {
         })
     }
 
-    /// Parses TOML text; the error names the key and the line (toml's span, made 1-based).
+    /// Parses TOML text; the error names the key and its line.
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|error| {
-            let line = error
-                .span()
-                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
-            let message = error.message().trim().to_owned();
-            match line {
-                Some(line) => format!("line {line}: {message}"),
-                None => message,
-            }
-        })?;
+        let config: Config = toml::from_str(text).map_err(|error| describe(text, &error))?;
         config.validate()?;
         Ok(config)
     }
@@ -110,6 +101,35 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `line 3, key 'amqp_port': invalid type: string "x", expected u16`. An unknown key is found
+/// by name (toml reports it against the whole table); other errors by their span.
+fn describe(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().to_owned();
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    let line = match unknown {
+        Some(key) => text.lines().position(|l| key_of(l) == Some(key)),
+        None => error
+            .span()
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count()),
+    };
+    let Some(index) = line else {
+        return message;
+    };
+    match text.lines().nth(index).and_then(key_of) {
+        Some(key) => format!("line {}, key '{key}': {message}", index + 1),
+        None => format!("line {}: {message}", index + 1),
+    }
+}
+
+/// The key a `key = value` line sets.
+fn key_of(line: &str) -> Option<&str> {
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.starts_with('#')).then_some(key)
 }
 
 #[cfg(test)]

@@ -288,7 +288,7 @@ fn drain(buf: &mut BytesMut, frame_max: u32) {
                 return;
             }
             Err(e) => {
-                assert!(matches!(e.reply_code(), 501 | 502 | 540), "{e}");
+                assert!(matches!(e.reply_code(), 501 | 502 | 505 | 540), "{e}");
                 assert!(!e.to_string().is_empty());
                 return;
             }
