@@ -20,7 +20,8 @@
 # average times the -z duration. Exits non-zero when a requested broker was not measured.
 set -uo pipefail
 
-readonly REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || exit 1
+readonly REPO_ROOT
 readonly DEFAULT_ARGS=(-x 1 -y 1 -s 12 -a -z 30)
 readonly BROKER_READY_TIMEOUT_S=60
 readonly BROKER_STOP_TIMEOUT_S=30
@@ -32,6 +33,7 @@ work_dir=""
 rabbit_pid=""      # the rabbitmq-server script, which stops the node on SIGTERM
 rabbit_beam_pid="" # the Erlang VM doing the work, whose CPU is measured
 rabbit_node=""
+rabbit_env=()
 warren_pid=""
 declare -A results=()
 
@@ -162,7 +164,8 @@ report() {
   read -r messages broker_cpu_s per_msg_us perftest_cpu_s perftest_share <<<"$figures"
   results[$name.received]="$received"
   results[$name.per_msg_us]="$per_msg_us"
-  local p=(${latency//\// })
+  local p=()
+  IFS=/ read -ra p <<<"$latency"
   echo "$name: sending rate avg:   $sent msg/s"
   echo "$name: receiving rate avg: $received msg/s"
   echo "$name: consumer latency:   min ${p[0]:-?} median ${p[1]:-?} p75 ${p[2]:-?}" \
@@ -197,7 +200,8 @@ cpu_ticks() {
 }
 
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 
 # wait_for_tcp PID PORT SECONDS: polls until a connect succeeds or the process exits.
@@ -221,21 +225,21 @@ install_rabbitmq() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server
 }
 
-# rabbitmq_env: the environment of the private node, for the server and for rabbitmqctl.
-rabbitmq_env() {
+# set_rabbitmq_env: the environment of the private node, for the server and rabbitmqctl.
+set_rabbitmq_env() {
   local base="$work_dir/rabbitmq"
-  echo HOME="$base/home" \
-    RABBITMQ_NODENAME="$rabbit_node" RABBITMQ_NODE_PORT="$rabbit_port" \
-    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT="$rabbit_dist_port" \
-    RABBITMQ_MNESIA_BASE="$base/mnesia" RABBITMQ_LOG_BASE="$base/log" \
-    RABBITMQ_CONFIG_FILE="$base/rabbitmq" RABBITMQ_ADVANCED_CONFIG_FILE="$base/advanced.config" \
-    RABBITMQ_CONF_ENV_FILE="$base/rabbitmq-env.conf" \
-    RABBITMQ_ENABLED_PLUGINS_FILE="$base/enabled_plugins" \
-    RABBITMQ_PID_FILE="$base/rabbitmq.pid"
+  rabbit_env=(HOME="$base/home"
+    RABBITMQ_NODENAME="$rabbit_node" RABBITMQ_NODE_PORT="$rabbit_port"
+    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT="$rabbit_dist_port"
+    RABBITMQ_MNESIA_BASE="$base/mnesia" RABBITMQ_LOG_BASE="$base/log"
+    RABBITMQ_CONFIG_FILE="$base/rabbitmq" RABBITMQ_ADVANCED_CONFIG_FILE="$base/advanced.config"
+    RABBITMQ_CONF_ENV_FILE="$base/rabbitmq-env.conf"
+    RABBITMQ_ENABLED_PLUGINS_FILE="$base/enabled_plugins"
+    RABBITMQ_PID_FILE="$base/rabbitmq.pid")
 }
 
 rabbitmqctl_private() {
-  env $(rabbitmq_env) timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -n "$rabbit_node" "$@"
+  env "${rabbit_env[@]}" timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -n "$rabbit_node" "$@"
 }
 
 start_rabbitmq() {
@@ -248,7 +252,8 @@ start_rabbitmq() {
   rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
-  env $(rabbitmq_env) /usr/lib/rabbitmq/bin/rabbitmq-server >"$base/server.log" 2>&1 \
+  set_rabbitmq_env
+  env "${rabbit_env[@]}" /usr/lib/rabbitmq/bin/rabbitmq-server >"$base/server.log" 2>&1 \
     </dev/null &
   rabbit_pid=$!
   if ! wait_for_tcp "$rabbit_pid" "$rabbit_port" "$BROKER_READY_TIMEOUT_S" \
@@ -262,8 +267,9 @@ start_rabbitmq() {
     echo "rabbitmq: could not find the node's beam.smp pid"
     return 1
   fi
-  echo "rabbitmq: version $(rabbitmqctl_private eval 'rabbit_misc:version().' 2>/dev/null | tr -d '"')" \
-    "beam.smp pid $rabbit_beam_pid"
+  local version
+  version="$(rabbitmqctl_private eval 'rabbit_misc:version().' 2>/dev/null | tr -d '"')"
+  echo "rabbitmq: version $version, beam.smp pid $rabbit_beam_pid"
 }
 
 stop_rabbitmq() {

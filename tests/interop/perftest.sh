@@ -19,7 +19,8 @@ readonly PERFTEST_VERSION="${PERFTEST_VERSION:-2.22.1}"  # latest 2.x on Maven C
 readonly PERFTEST_SECONDS="${PERFTEST_SECONDS:-10}"
 readonly RATE_DIFF_PERCENT_MAX=5
 readonly JAVA_HEAP="${PERFTEST_JAVA_HEAP:--Xmx512m}"
-readonly REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)" || exit 1
+readonly REPO_ROOT
 readonly TOOLS_DIR="${WARREN_TOOLS_DIR:-$REPO_ROOT/.tools}"
 readonly PERFTEST_DIR="$TOOLS_DIR/perf-test-$PERFTEST_VERSION"
 readonly JARS_DIR="$PERFTEST_DIR/jars"
@@ -131,8 +132,8 @@ judge() {
   else
     awk -v s="$sent" -v r="$received" -v max="$RATE_DIFF_PERCENT_MAX" 'BEGIN {
       diff = s > r ? s - r : r - s; top = s > r ? s : r; pct = 100 * diff / top
-      if (pct > max) printf "sent %d and received %d msg/s differ by %.1f%% (> %d%%)\n", s, r, pct, max
-      else print "OK"
+      if (pct <= max) { print "OK"; exit }
+      printf "sent %d and received %d msg/s differ by %.1f%% (> %d%%)\n", s, r, pct, max
     }'
   fi
 }
