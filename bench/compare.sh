@@ -17,7 +17,8 @@
 # percentiles, the broker's CPU (utime + stime from /proc/<pid>/stat, before and after;
 # for RabbitMQ the beam.smp process) per message received, and PerfTest's own CPU share
 # (its CPU seconds over its wall seconds). Messages received are PerfTest's receiving
-# average times the -z duration. Exits non-zero when a requested broker was not measured.
+# average times the -z duration. It also prints how many cores the rest of the machine kept
+# busy meanwhile. Exits non-zero when a requested broker was not measured.
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || exit 1
@@ -124,10 +125,13 @@ measure() {
   local log="$work_dir/perftest-$name.log" times="$work_dir/perftest-$name.time"
   local ticks_before ticks_after
   ticks_before="$(cpu_ticks "$broker_pid")" || return 1
+  local machine_before machine_after
+  machine_before="$(machine_busy_ticks)"
   local status=0 TIMEFORMAT='%3U %3S %3R'
   { time timeout --kill-after=10 "$((duration_s + 120))" \
       java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest --uri "$uri" "$@" \
       >"$log" 2>&1 </dev/null; } 2>"$times" || status=$?
+  machine_after="$(machine_busy_ticks)"
   ticks_after="$(cpu_ticks "$broker_pid")" || {
     echo "$name: broker process $broker_pid died during the run"
     tail -n 20 "$log"
@@ -145,6 +149,29 @@ measure() {
   fi
   report "$name" "$sent" "$received" "$latency" "$duration_s" \
     "$((ticks_after - ticks_before))" "$(cat "$times")"
+  report_other_load "$name" "$((machine_after - machine_before))" \
+    "$((ticks_after - ticks_before))" "$(cat "$times")"
+}
+
+# report_other_load NAME MACHINE_TICKS BROKER_TICKS "USER SYS REAL": how much CPU the rest
+# of the machine used during the run; other load makes the figures above unreliable.
+report_other_load() {
+  local user_s sys_s wall_s
+  read -r user_s sys_s wall_s <<<"$4"
+  awk -v machine="$2" -v broker="$3" -v hz="$CLOCK_TICKS_PER_S" -v u="$user_s" \
+    -v s="$sys_s" -v w="$wall_s" -v name="$1" -v cores="$(nproc)" 'BEGIN {
+      other = (machine - broker) / hz - (u + s); if (other < 0) other = 0
+      printf "%s: other processes:    %.2f cores on average of %d", name, other / w, cores
+      print (other / w > 0.2 ? " (WARNING: machine not quiet; rerun)" : "")
+    }'
+}
+
+# machine_busy_ticks: non-idle CPU time of the whole machine, from the "cpu" line of
+# /proc/stat (user nice system idle iowait irq softirq steal), in clock ticks.
+machine_busy_ticks() {
+  local fields
+  read -ra fields </proc/stat  # fields[0] is "cpu"; idle and iowait are fields 4 and 5
+  echo $((fields[1] + fields[2] + fields[3] + fields[6] + fields[7] + fields[8]))
 }
 
 # report NAME SENT RECEIVED LATENCY DURATION_S BROKER_TICKS "USER SYS REAL": prints and
