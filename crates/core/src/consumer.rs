@@ -35,6 +35,10 @@ pub struct Consumer {
     pub priority: i64,
     /// Deliveries the queue may send before the connection grants more.
     pub credit: u32,
+    /// The connection returns credit as it writes deliveries (no-ack, or no prefetch limit):
+    /// such a consumer takes messages as fast as the broker sends them, so a backlog in
+    /// front of it means publishers outrun it (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
+    pub credit_on_write: bool,
     pub outbox: Arc<Outbox>,
 }
 

@@ -3,13 +3,23 @@
 /// Commands waiting in one queue's mailbox; a publisher whose send would exceed it waits,
 /// which stops its socket reader (credit flow back to the client).
 pub const QUEUE_MAILBOX_MAX: usize = 256;
+/// Commands waiting in one queue's control mailbox (credit, settle, consume, cancel).
+pub const QUEUE_CONTROL_MAILBOX_MAX: usize = 1024;
 /// Deliveries a queue may hand to one consumer that the consumer's connection has not yet
 /// written to its socket (credit flow from queue to connection, RabbitMQ's
 /// `credit_flow_default_credit` role). Consumers with a prefetch are also bound by it.
-pub const CONSUMER_FLOW_CREDIT_MAX: u32 = 2_000;
+pub const CONSUMER_FLOW_CREDIT_MAX: u32 = 8_000;
 /// Commands one queue handles before it dispatches and yields.
 pub const QUEUE_BATCH_MAX: usize = 64;
 /// Deliveries dispatched to one consumer in a single pass before moving to the next.
 pub const DISPATCH_BATCH_MAX: u32 = 256;
 /// Length of queue and exchange names (AMQP short strings).
 pub const NAME_BYTES_MAX: usize = 255;
+/// Ready messages above which a queue whose consumers take deliveries as fast as the broker
+/// writes them stops taking publishes until half of them are delivered (RabbitMQ's `flow`
+/// state): its publishers wait, so a fast publisher cannot starve its consumers of CPU. A queue
+/// without such consumers, or whose consumers stopped taking deliveries, never does this.
+pub const QUEUE_FLOW_BACKLOG_MAX: usize = 32_768;
+/// How long a queue in flow waits for a delivery before deciding its consumers have stalled
+/// and taking publishes again.
+pub const QUEUE_FLOW_STALL_MS: u64 = 5_000;

@@ -12,35 +12,90 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::consumer::{Consumer, ConsumerId, Delivery, Event, Outbox};
 use crate::error::BrokerError;
-use crate::limits::{DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_MAILBOX_MAX};
+use crate::limits::{
+    DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
+    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX,
+};
 use crate::message::Message;
 use crate::queue::{GetOk, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp};
 
 /// Starts a classic queue task. `on_auto_delete` runs (once) when the queue removes itself
 /// because its last consumer left (auto-delete); the caller drops its records there.
 pub fn spawn(def: QueueDef, on_auto_delete: Box<dyn FnOnce() + Send>) -> QueueHandle {
-    let (mailbox_tx, mailbox_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
-    let handle = QueueHandle::new(def, mailbox_tx);
+    let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
+    let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
+    let handle = QueueHandle::new(def, data_tx, control_tx);
     let queue = ClassicQueue::new(handle.clone());
-    tokio::spawn(run(queue, mailbox_rx, on_auto_delete));
+    let mailboxes = Mailboxes {
+        data: data_rx,
+        control: control_rx,
+    };
+    tokio::spawn(run(queue, mailboxes, on_auto_delete));
     handle
+}
+
+struct Mailboxes {
+    data: mpsc::Receiver<QueueCmd>,
+    control: mpsc::Receiver<QueueCmd>,
+}
+
+impl Mailboxes {
+    /// Waits for commands; returns control and data commands in the order they must run, or
+    /// `false` once every handle is gone.
+    /// In `flow`, only control commands are taken (publishers wait), and only for as long as
+    /// the consumers keep taking deliveries.
+    async fn next(
+        &mut self,
+        control: &mut Vec<QueueCmd>,
+        data: &mut Vec<QueueCmd>,
+        flow: bool,
+    ) -> bool {
+        let received = if flow {
+            let stall = Duration::from_millis(QUEUE_FLOW_STALL_MS);
+            match tokio::time::timeout(stall, self.control.recv_many(control, QUEUE_BATCH_MAX))
+                .await
+            {
+                Ok(n) => n,
+                Err(_) => return true, // no credit came: the caller re-evaluates flow
+            }
+        } else {
+            tokio::select! {
+                biased;
+                n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
+                n = self.data.recv_many(data, QUEUE_BATCH_MAX) => n,
+            }
+        };
+        if received == 0 {
+            return false; // every handle dropped: the vhost forgot the queue
+        }
+        // A control command sent before the data just taken is in the control mailbox now:
+        // take all of it so it runs first.
+        while let Ok(cmd) = self.control.try_recv() {
+            control.push(cmd);
+        }
+        true
+    }
 }
 
 async fn run(
     mut queue: ClassicQueue,
-    mut mailbox_rx: mpsc::Receiver<QueueCmd>,
+    mut mailboxes: Mailboxes,
     on_auto_delete: Box<dyn FnOnce() + Send>,
 ) {
-    let mut batch = Vec::with_capacity(QUEUE_BATCH_MAX);
-    loop {
-        if mailbox_rx.recv_many(&mut batch, QUEUE_BATCH_MAX).await == 0 {
-            break; // every handle dropped: the vhost forgot the queue
-        }
-        for cmd in batch.drain(..) {
+    let mut control = Vec::with_capacity(QUEUE_BATCH_MAX);
+    let mut data = Vec::with_capacity(QUEUE_BATCH_MAX);
+    while mailboxes
+        .next(&mut control, &mut data, queue.in_flow())
+        .await
+    {
+        for cmd in control.drain(..).chain(data.drain(..)) {
             queue.handle(cmd);
         }
         queue.dispatch();
@@ -80,6 +135,9 @@ pub struct ClassicQueue {
     unacked: HashMap<u64, Arc<Message>>,
     consumers: VecDeque<Consumer>,
     had_consumers: bool,
+    /// Publishes are not being taken (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
+    flow: bool,
+    last_dispatch: Instant,
     /// Deliveries staged per consumer outbox during one dispatch pass.
     staged: Vec<(Arc<Outbox>, Vec<Event>)>,
 }
@@ -95,6 +153,8 @@ impl ClassicQueue {
             unacked: HashMap::new(),
             consumers: VecDeque::new(),
             had_consumers: false,
+            flow: false,
+            last_dispatch: Instant::now(),
             staged: Vec::new(),
         }
     }
@@ -137,6 +197,26 @@ impl ClassicQueue {
                 let _ = reply.send(self.info());
             }
         }
+    }
+
+    /// Whether to stop taking publishes: a backlog in front of consumers that take all the
+    /// broker sends, while they keep taking it. Hysteresis: enter above the limit, leave
+    /// below half of it or when deliveries stall.
+    fn in_flow(&mut self) -> bool {
+        let backlog = self.ready_count();
+        let limit = if self.flow {
+            QUEUE_FLOW_BACKLOG_MAX / 2
+        } else {
+            QUEUE_FLOW_BACKLOG_MAX
+        };
+        let stalled = self.last_dispatch.elapsed() >= Duration::from_millis(QUEUE_FLOW_STALL_MS);
+        let fast_consumers = self.consumers.iter().any(|c| c.credit_on_write);
+        let flow = backlog > limit && fast_consumers && !stalled;
+        if flow != self.flow {
+            tracing::debug!(queue = %self.handle.name(), backlog, flow, "queue flow");
+            self.flow = flow;
+        }
+        flow
     }
 
     fn ready_count(&self) -> usize {
@@ -288,6 +368,7 @@ impl ClassicQueue {
     /// Hands ready messages to consumers with credit: highest `x-priority` first, round-robin
     /// among equals, one message per turn while several compete, in batches otherwise.
     pub fn dispatch(&mut self) {
+        let before = self.ready_count();
         while self.ready_count() > 0 {
             let Some(index) = self.pick_consumer() else {
                 break;
@@ -303,6 +384,9 @@ impl ClassicQueue {
             }
         }
         self.flush_staged();
+        if self.ready_count() < before {
+            self.last_dispatch = Instant::now();
+        }
     }
 
     fn pick_consumer(&self) -> Option<usize> {
@@ -363,3 +447,7 @@ fn stage(staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>, outbox: Arc<Outbox>, event
         staged.push((outbox, vec![event]));
     }
 }
+
+#[cfg(test)]
+#[path = "classic_test.rs"]
+mod tests;

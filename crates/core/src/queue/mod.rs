@@ -1,10 +1,16 @@
 //! The queue interface every queue type implements (RabbitMQ's `rabbit_queue_type`).
 //!
-//! A queue is a state machine owned by one task. Callers talk to it only through its bounded
-//! mailbox, in batches (`Publish` carries many messages, `Settle` many sequence numbers); it
+//! A queue is a state machine owned by one task. Callers talk to it only through its two bounded
+//! mailboxes, in batches (`Publish` carries many messages, `Settle` many sequence numbers); it
 //! answers through oneshot replies and hands deliveries to consumers' outboxes. A full mailbox
 //! makes the publisher wait, which stops its socket reader: that is the credit flow from queue
 //! back to the client. Quorum and stream queues will implement the same commands.
+//!
+//! The data mailbox carries publishes and everything that must see them in order (get, purge,
+//! delete, info). The control mailbox carries what consumers need promptly (credit, settle,
+//! consume, cancel); the queue takes it first, so a flood of publishes cannot starve the
+//! consumers that would drain it. A control command sent before a data command is always
+//! handled before it (see `classic::run`).
 
 pub mod classic;
 
@@ -106,7 +112,21 @@ pub struct QueueHandle(Arc<HandleInner>);
 
 struct HandleInner {
     def: QueueDef,
-    mailbox: mpsc::Sender<QueueCmd>,
+    data: mpsc::Sender<QueueCmd>,
+    control: mpsc::Sender<QueueCmd>,
+}
+
+impl QueueCmd {
+    /// Whether the command travels in the control mailbox (see the module doc).
+    pub fn is_control(&self) -> bool {
+        matches!(
+            self,
+            QueueCmd::Credit { .. }
+                | QueueCmd::Settle { .. }
+                | QueueCmd::Consume { .. }
+                | QueueCmd::Cancel { .. }
+        )
+    }
 }
 
 impl fmt::Debug for QueueHandle {
@@ -116,8 +136,20 @@ impl fmt::Debug for QueueHandle {
 }
 
 impl QueueHandle {
-    pub fn new(def: QueueDef, mailbox: mpsc::Sender<QueueCmd>) -> QueueHandle {
-        QueueHandle(Arc::new(HandleInner { def, mailbox }))
+    pub fn new(
+        def: QueueDef,
+        data: mpsc::Sender<QueueCmd>,
+        control: mpsc::Sender<QueueCmd>,
+    ) -> QueueHandle {
+        QueueHandle(Arc::new(HandleInner { def, data, control }))
+    }
+
+    fn mailbox(&self, cmd: &QueueCmd) -> &mpsc::Sender<QueueCmd> {
+        if cmd.is_control() {
+            &self.0.control
+        } else {
+            &self.0.data
+        }
     }
 
     pub fn def(&self) -> &QueueDef {
@@ -140,8 +172,7 @@ impl QueueHandle {
     /// Sends a command, waiting while the mailbox is full (back-pressure). Fails only when the
     /// queue has stopped (deleted), which callers report as 404.
     pub async fn send(&self, cmd: QueueCmd) -> Result<(), BrokerError> {
-        self.0
-            .mailbox
+        self.mailbox(&cmd)
             .send(cmd)
             .await
             .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
@@ -149,7 +180,7 @@ impl QueueHandle {
 
     /// Sends without waiting; used where the caller must not block (connection teardown).
     pub fn try_send(&self, cmd: QueueCmd) -> bool {
-        self.0.mailbox.try_send(cmd).is_ok()
+        self.mailbox(&cmd).try_send(cmd).is_ok()
     }
 
     pub async fn request<T>(
@@ -168,6 +199,6 @@ impl QueueHandle {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.0.mailbox.is_closed()
+        self.0.data.is_closed()
     }
 }

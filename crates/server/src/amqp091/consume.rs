@@ -225,6 +225,7 @@ impl Connection {
             exclusive: consume.exclusive,
             priority,
             credit,
+            credit_on_write: state.no_ack || state.prefetch == 0,
             outbox: self.outbox.clone(),
         };
         queue
