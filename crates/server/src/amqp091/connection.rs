@@ -5,17 +5,17 @@
 //! in per-queue batches (waiting when a queue's mailbox is full, which stops reading: credit
 //! flow to the client) -> send confirms -> write deliveries -> grant consumer credit -> flush.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use rustc_hash::FxHashMap;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::vhost::VHost;
 use warren_core::Broker;
@@ -72,12 +72,14 @@ pub struct Connection {
     events: Vec<Event>,
     pub(super) vhost: Option<Arc<VHost>>,
     pub(super) user: String,
-    pub(super) channels: HashMap<u16, Channel>,
+    pub(super) channels: FxHashMap<u16, Channel>,
     pub(super) tuning: Tuning,
     pub(super) caps: ClientCaps,
     pub(super) pending: Pending,
-    last_read: Instant,
-    last_write: Instant,
+    /// Heartbeat ticks (half intervals) since the peer last sent anything.
+    read_idle_ticks: u32,
+    /// Whether anything was written since the last heartbeat tick.
+    wrote_since_tick: bool,
     closed_by_client: bool,
 }
 
@@ -104,12 +106,12 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         events: Vec::new(),
         vhost: None,
         user: String::new(),
-        channels: HashMap::new(),
+        channels: FxHashMap::default(),
         tuning,
         caps: ClientCaps::default(),
         pending: Pending::default(),
-        last_read: Instant::now(),
-        last_write: Instant::now(),
+        read_idle_ticks: 0,
+        wrote_since_tick: false,
         closed_by_client: false,
     };
     let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
@@ -164,7 +166,7 @@ impl Connection {
     pub(super) async fn flush(&mut self) -> Result<(), Fault> {
         if !self.out.is_empty() {
             self.out.flush(&mut self.socket_w).await?;
-            self.last_write = Instant::now();
+            self.wrote_since_tick = true;
         }
         Ok(())
     }
@@ -189,7 +191,7 @@ impl Connection {
                         return Err(Fault::Gone("peer closed the socket".into()));
                     }
                     self.adapt_read_chunk(read, space);
-                    self.last_read = Instant::now();
+                    self.read_idle_ticks = 0;
                     self.on_read().await?;
                     if self.rbuf.is_empty() && self.rbuf.capacity() > self.read_chunk * 2 {
                         // After a burst: give the large buffer back.
@@ -221,9 +223,11 @@ impl Connection {
         }
     }
 
+    /// Runs every half heartbeat interval: a peer silent for two whole intervals is gone; an
+    /// idle half interval on our side gets a heartbeat frame.
     fn on_tick(&mut self, heartbeat: Duration) -> Result<(), Fault> {
-        let now = Instant::now();
-        if now.duration_since(self.last_read) >= heartbeat * 2 {
+        self.read_idle_ticks += 1;
+        if self.read_idle_ticks > 4 {
             tracing::warn!(
                 connection = self.id,
                 peer = %self.peer,
@@ -232,7 +236,7 @@ impl Connection {
             );
             return Err(Fault::Gone("missed heartbeats".into()));
         }
-        if now.duration_since(self.last_write) >= heartbeat / 2 && self.out.is_empty() {
+        if !std::mem::take(&mut self.wrote_since_tick) && self.out.is_empty() {
             self.out.heartbeat();
         }
         Ok(())

@@ -2,10 +2,10 @@
 //! the vhost's snapshot, batching it per target queue, mandatory returns, publisher confirms
 //! and transactions.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::value::Table;
@@ -44,8 +44,8 @@ pub struct TxBuffer {
 /// Publishes and settlements collected while decoding one read, sent per queue in batches.
 #[derive(Default)]
 pub struct Pending {
-    publishes: HashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
-    settles: HashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
+    publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
+    settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
     confirm_channels: Vec<u16>,
 }
 
