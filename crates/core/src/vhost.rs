@@ -252,6 +252,22 @@ fn inequivalent(arg: &str, resource: &str, received: &str, current: &str) -> Bro
     ))
 }
 
+/// Compares redeclared flags (`(name, received, current)`), naming the first that differs.
+fn compare_flags(resource: &str, flags: &[(&str, bool, bool)]) -> Result<(), BrokerError> {
+    match flags
+        .iter()
+        .find(|(_, received, current)| received != current)
+    {
+        Some((arg, received, current)) => Err(inequivalent(
+            arg,
+            resource,
+            &received.to_string(),
+            &current.to_string(),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Compares declared arguments key by key, naming the first that differs.
 fn compare_arguments(resource: &str, received: &Table, current: &Table) -> Result<(), BrokerError> {
     let none = Value::Void;

@@ -214,16 +214,7 @@ fn check_equivalent_exchange(
         ("auto_delete", req.auto_delete, existing.auto_delete),
         ("internal", req.internal, existing.internal),
     ];
-    for (arg, received, current) in flags {
-        if received != current {
-            return Err(inequivalent(
-                arg,
-                &resource,
-                &received.to_string(),
-                &current.to_string(),
-            ));
-        }
-    }
+    compare_flags(&resource, &flags)?;
     compare_arguments(&resource, &req.arguments, &existing.arguments)
 }
 

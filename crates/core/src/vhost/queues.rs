@@ -160,16 +160,7 @@ fn check_equivalent_queue(existing: &QueueDef, req: &QueueDeclare) -> Result<(),
         ),
         ("auto_delete", req.auto_delete, existing.auto_delete),
     ];
-    for (arg, received, current) in flags {
-        if received != current {
-            return Err(inequivalent(
-                arg,
-                &resource,
-                &received.to_string(),
-                &current.to_string(),
-            ));
-        }
-    }
+    compare_flags(&resource, &flags)?;
     compare_arguments(&resource, &req.arguments, &existing.arguments)
 }
 

@@ -8,8 +8,8 @@ use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
 use warren_proto::amqp091::{
-    reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, Method, QueueDeclareOk, QueueDeleteOk,
-    QueuePurgeOk,
+    reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, FieldTable, Method, QueueDeclareOk,
+    QueueDeleteOk, QueuePurgeOk, ShortStr,
 };
 
 use super::connection::Connection;
@@ -191,29 +191,13 @@ impl Connection {
             }
             Method::ExchangeBind(m) => {
                 let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
-                let arguments = table_to_core(&m.arguments);
-                vhost
-                    .bind(
-                        m.source.as_str(),
-                        destination,
-                        m.routing_key.as_str(),
-                        arguments,
-                        self.id,
-                    )
+                self.change_binding(true, &m.source, destination, &m.routing_key, &m.arguments)
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeBindOk(Default::default()))
             }
             Method::ExchangeUnbind(m) => {
                 let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
-                let arguments = table_to_core(&m.arguments);
-                vhost
-                    .unbind(
-                        m.source.as_str(),
-                        destination,
-                        m.routing_key.as_str(),
-                        arguments,
-                        self.id,
-                    )
+                self.change_binding(false, &m.source, destination, &m.routing_key, &m.arguments)
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeUnbindOk(Default::default()))
             }
@@ -267,30 +251,20 @@ impl Connection {
             }
             Method::QueueBind(m) => {
                 let destination = Destination::Queue(Arc::from(m.queue.as_str()));
-                let arguments = table_to_core(&m.arguments);
-                vhost
-                    .bind(
-                        m.exchange.as_str(),
-                        destination,
-                        m.routing_key.as_str(),
-                        arguments,
-                        self.id,
-                    )
+                self.change_binding(true, &m.exchange, destination, &m.routing_key, &m.arguments)
                     .map_err(fail)?;
                 (m.nowait, Method::QueueBindOk(Default::default()))
             }
             Method::QueueUnbind(m) => {
                 let destination = Destination::Queue(Arc::from(m.queue.as_str()));
-                let arguments = table_to_core(&m.arguments);
-                vhost
-                    .unbind(
-                        m.exchange.as_str(),
-                        destination,
-                        m.routing_key.as_str(),
-                        arguments,
-                        self.id,
-                    )
-                    .map_err(fail)?;
+                self.change_binding(
+                    false,
+                    &m.exchange,
+                    destination,
+                    &m.routing_key,
+                    &m.arguments,
+                )
+                .map_err(fail)?;
                 (false, Method::QueueUnbindOk(Default::default()))
             }
             Method::QueuePurge(m) => {
@@ -325,6 +299,25 @@ impl Connection {
             self.out.method(id, &reply);
         }
         Ok(())
+    }
+
+    /// exchange.bind / unbind and queue.bind / unbind: one change to the vhost's bindings.
+    fn change_binding(
+        &self,
+        bind: bool,
+        source: &ShortStr,
+        destination: Destination,
+        routing_key: &ShortStr,
+        arguments: &FieldTable,
+    ) -> Result<(), warren_core::BrokerError> {
+        let vhost = self.vhost();
+        let (source, routing_key) = (source.as_str(), routing_key.as_str());
+        let arguments = table_to_core(arguments);
+        if bind {
+            vhost.bind(source, destination, routing_key, arguments, self.id)
+        } else {
+            vhost.unbind(source, destination, routing_key, arguments, self.id)
+        }
     }
 
     /// Closes a channel for a soft error: releases what it held, sends channel.close, and
