@@ -178,6 +178,16 @@ impl QueueHandle {
             .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
     }
 
+    /// Waits for room in the data mailbox (cancel-safe, unlike `send`): lets a connection keep
+    /// serving its consumers while its publishes wait for a busy queue.
+    pub async fn reserve_data(&self) -> Result<mpsc::Permit<'_, QueueCmd>, BrokerError> {
+        self.0
+            .data
+            .reserve()
+            .await
+            .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
+    }
+
     /// Sends without waiting; used where the caller must not block (connection teardown).
     pub fn try_send(&self, cmd: QueueCmd) -> bool {
         self.mailbox(&cmd).try_send(cmd).is_ok()

@@ -317,7 +317,7 @@ impl Connection {
         }
     }
 
-    fn on_events(&mut self) {
+    pub(super) fn on_events(&mut self) {
         let mut events = std::mem::take(&mut self.events);
         self.outbox.take_all(&mut events);
         for event in events.drain(..) {

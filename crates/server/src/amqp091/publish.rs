@@ -315,8 +315,7 @@ impl Connection {
     pub(super) async fn flush_pending(&mut self) {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         for (_, (queue, batch)) in publishes.drain() {
-            // A queue deleted meanwhile drops the message, as the route was taken before.
-            let _ = queue.send(QueueCmd::Publish(batch)).await;
+            self.send_publishes(&queue, batch).await;
         }
         self.pending.publishes = publishes;
         let mut settles = std::mem::take(&mut self.pending.settles);
@@ -340,6 +339,31 @@ impl Connection {
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
+    }
+
+    /// Hands a batch to a queue, serving this connection's consumers while the queue's
+    /// mailbox is full: a connection that publishes to and consumes from the same busy queue
+    /// must keep taking its deliveries, or neither side would move.
+    async fn send_publishes(&mut self, queue: &QueueHandle, batch: Vec<Arc<Message>>) {
+        let outbox = self.outbox.clone();
+        loop {
+            tokio::select! {
+                permit = queue.reserve_data() => {
+                    // A queue deleted meanwhile drops the batch: the route was taken before.
+                    if let Ok(permit) = permit {
+                        permit.send(QueueCmd::Publish(batch));
+                    }
+                    return;
+                }
+                () = outbox.notified() => {
+                    self.on_events();
+                    self.grant_credit().await;
+                    if self.flush().await.is_err() {
+                        return; // the socket is gone; teardown follows
+                    }
+                }
+            }
+        }
     }
 
     pub(super) fn tx_settle(&mut self, id: u16, op: SettleOp, unacked: Vec<Unacked>) -> bool {
