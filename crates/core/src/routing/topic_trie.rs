@@ -70,7 +70,9 @@ fn walk<T>(node: &Node<T>, words: &[&str], found: &mut dyn FnMut(&T)) {
         }
     }
     let Some((first, rest)) = words.split_first() else {
-        node.values.iter().for_each(|value| found(value));
+        for value in &node.values {
+            found(value);
+        }
         return;
     };
     if let Some(child) = node.words.get(*first) {
