@@ -7,7 +7,9 @@ use futures_lite::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
-use warren_tests::client::declare_queue;
+use warren_tests::client::{declare_queue, publish, wait_for_message_count};
+use warren_tests::raw::{Handshake, RawClient};
+use warren_tests::wire::{method, Args};
 use warren_tests::{bounded, unique, TestBroker};
 
 /// Above the queue flow backlog (32,768 ready messages) so that flow engages.
@@ -60,4 +62,44 @@ async fn one_connection_publishing_to_and_consuming_from_a_busy_queue_keeps_movi
         );
     }
     bounded!(publishing, Duration::from_secs(30)).unwrap();
+}
+
+/// A consumer's connection goes away while thousands of deliveries are between the queue and
+/// its socket (the client reads nothing, so the broker's writes stall and deliveries wait in
+/// the connection's outbox): every message it had not acknowledged, written or not, goes back
+/// to the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_in_flight_return_to_the_queue_when_the_consumer_connection_closes() {
+    // 40 MB in all: more than the first credit window plus the socket buffers hold, so the
+    // next window waits in the outbox while the broker's writes are stalled.
+    const COUNT: u32 = 20_000;
+    const BODY_BYTES: usize = 2 * 1024;
+    let broker = TestBroker::start().await;
+    let admin = broker.connect().await;
+    let queue = unique("flow-inflight");
+    let channel = bounded!(admin.create_channel()).unwrap();
+    declare_queue(&channel, &queue).await;
+    let publisher = bounded!(admin.create_channel()).unwrap();
+    for i in 0..COUNT {
+        let mut body = format!("{i:08}").into_bytes();
+        body.resize(BODY_BYTES, b'.');
+        publish(&publisher, "", &queue, &body).await;
+    }
+    wait_for_message_count(&admin, &queue, COUNT).await;
+
+    let (mut doomed, _, _) = RawClient::handshake(broker.addr(), Handshake::default()).await;
+    doomed.open_channel(1).await;
+    let consume = Args::new()
+        .short(0)
+        .shortstr(&queue)
+        .shortstr("never-reads")
+        .bits(&[false; 4]) // no-local, no-ack = false, exclusive, nowait
+        .table(&[])
+        .build();
+    doomed.send_method(1, method::BASIC_CONSUME, &consume).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // the broker's writes stall
+    drop(doomed);
+
+    // Every message is ready again: none stayed unacked on the dead connection.
+    wait_for_message_count(&admin, &queue, COUNT).await;
 }

@@ -9,6 +9,10 @@ pub const QUEUE_CONTROL_MAILBOX_MAX: usize = 1024;
 /// written to its socket (credit flow from queue to connection, RabbitMQ's
 /// `credit_flow_default_credit` role). Consumers with a prefetch are also bound by it.
 pub const CONSUMER_FLOW_CREDIT_MAX: u32 = 8_000;
+/// Bytes of deliveries in flight to one such consumer that its credit window aims at: large
+/// messages get a smaller window (never below `CONSUMER_FLOW_CREDIT_MIN`).
+pub const CONSUMER_FLOW_BYTES_MAX: u32 = 4 * 1024 * 1024;
+pub const CONSUMER_FLOW_CREDIT_MIN: u32 = 16;
 /// Commands one queue handles before it dispatches and yields.
 pub const QUEUE_BATCH_MAX: usize = 64;
 /// Deliveries dispatched to one consumer in a single pass before moving to the next.

@@ -351,13 +351,19 @@ impl Connection {
     }
 
     /// Cancels the channel's consumers and requeues its unacked messages.
+    ///
+    /// Each cancel is confirmed by its queue, so no delivery for these consumers can reach
+    /// the outbox afterwards; those already there are requeued when taken (`deliver` finds
+    /// no consumer) or, at connection teardown, by `requeue_outbox`.
     pub(super) async fn release_channel(&mut self, channel: Channel) {
         for consumer in &channel.consumers {
-            let cmd = warren_core::queue::QueueCmd::Cancel {
-                consumer: consumer.id,
-                reply: None,
-            };
-            let _ = consumer.queue.send(cmd).await;
+            let _ = consumer
+                .queue
+                .request(|reply| warren_core::queue::QueueCmd::Cancel {
+                    consumer: consumer.id,
+                    reply: Some(reply),
+                })
+                .await;
         }
         for unacked in channel.unacked {
             self.pending

@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
+use warren_core::queue::SettleOp;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
@@ -368,6 +369,20 @@ impl Connection {
         let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait_close_ok).await;
     }
 
+    /// Gives back deliveries that reached the outbox but were never written (their consumers
+    /// are cancelled): without this, messages for consumers that acknowledge would stay
+    /// unacked in their queues for good.
+    fn requeue_outbox(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.outbox.take_all(&mut events);
+        for event in events.drain(..) {
+            if let Event::Deliver(delivery) = event {
+                self.pending
+                    .settle(&delivery.queue, SettleOp::Requeue, delivery.seq);
+            }
+        }
+    }
+
     /// Releases everything the connection held: consumers, unacked messages, exclusive queues.
     async fn teardown(&mut self) {
         let ids: Vec<u16> = self.channels.keys().copied().collect();
@@ -376,6 +391,7 @@ impl Connection {
                 self.release_channel(channel).await;
             }
         }
+        self.requeue_outbox();
         self.flush_pending().await;
         if let Some(vhost) = self.vhost.clone() {
             for queue in vhost.exclusive_queues_of(self.id) {

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use warren_core::consumer::{Consumer, Delivery, Event};
-use warren_core::limits::CONSUMER_FLOW_CREDIT_MAX;
+use warren_core::limits::{
+    CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
+};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::vhost::generate_name;
 use warren_proto::amqp091::{
@@ -36,6 +38,8 @@ pub struct ConsumerState {
     pub unacked: u32,
     /// Delivered by the queue but held back by the channel-wide prefetch limit.
     pub held: u32,
+    /// Running average of the bytes this consumer's deliveries carry.
+    pub average_bytes: u32,
 }
 
 impl ConsumerState {
@@ -44,16 +48,31 @@ impl ConsumerState {
     /// consumer never has more than the limit in flight.
     fn credit_target(&self, global: u16) -> u32 {
         if self.no_ack {
-            return CONSUMER_FLOW_CREDIT_MAX;
+            return self.flow_window();
         }
         let limit = match (self.prefetch, u32::from(global)) {
-            (0, 0) => return CONSUMER_FLOW_CREDIT_MAX,
+            (0, 0) => return self.flow_window(),
             (0, limit) | (limit, 0) => limit,
             (own, global) => own.min(global),
         };
         limit
             .min(CONSUMER_FLOW_CREDIT_MAX)
             .saturating_sub(self.unacked + self.held)
+    }
+}
+
+impl ConsumerState {
+    /// The credit window of a consumer whose credit returns as deliveries are written:
+    /// `CONSUMER_FLOW_CREDIT_MAX` messages, fewer for large messages, so the bytes in flight
+    /// between queue and socket stay near `CONSUMER_FLOW_BYTES_MAX`.
+    fn flow_window(&self) -> u32 {
+        let by_bytes = CONSUMER_FLOW_BYTES_MAX / self.average_bytes.max(1);
+        by_bytes.clamp(CONSUMER_FLOW_CREDIT_MIN, CONSUMER_FLOW_CREDIT_MAX)
+    }
+
+    fn note_size(&mut self, bytes: usize) {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        self.average_bytes = self.average_bytes - self.average_bytes / 8 + bytes / 8;
     }
 }
 
@@ -213,6 +232,7 @@ impl Connection {
             outstanding: 0,
             unacked: 0,
             held: 0,
+            average_bytes: 0,
         };
         let credit = self.initial_credit(id, &state);
         state.outstanding = credit;
@@ -484,6 +504,7 @@ impl Connection {
         channel.next_delivery_tag += 1;
         let delivery_tag = channel.next_delivery_tag;
         let state = &mut channel.consumers[index];
+        state.note_size(delivery.message.size_bytes());
         if !state.no_ack {
             state.unacked += 1;
             channel.unacked.push_back(Unacked {
