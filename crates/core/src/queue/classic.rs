@@ -9,11 +9,12 @@
 //! Persistence of messages is the message store's (next milestone); until then a persistent
 //! message to a durable queue lives in memory like any other.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -132,7 +133,7 @@ pub struct ClassicQueue {
     next_seq: u64,
     ready: VecDeque<Ready>,
     returned: BTreeMap<u64, Ready>,
-    unacked: HashMap<u64, Arc<Message>>,
+    unacked: FxHashMap<u64, Arc<Message>>,
     consumers: VecDeque<Consumer>,
     had_consumers: bool,
     /// Publishes are not being taken (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
@@ -150,7 +151,7 @@ impl ClassicQueue {
             next_seq: 1,
             ready: VecDeque::new(),
             returned: BTreeMap::new(),
-            unacked: HashMap::new(),
+            unacked: FxHashMap::default(),
             consumers: VecDeque::new(),
             had_consumers: false,
             flow: false,

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use crate::binding::{Binding, Destination};
 use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
@@ -22,7 +24,7 @@ enum Target {
 
 #[derive(Debug)]
 enum Table_ {
-    Direct(HashMap<Arc<str>, Vec<Target>>),
+    Direct(FxHashMap<Arc<str>, Vec<Target>>),
     Fanout(Vec<Target>),
     Topic(TopicTrie<Target>),
     Headers(Vec<(MatchMode, Table, Target)>),
@@ -40,8 +42,8 @@ const EXCHANGE_HOPS_MAX: usize = 32;
 #[derive(Debug, Default)]
 pub struct RoutingSnapshot {
     vhost: Arc<str>,
-    queues: HashMap<Arc<str>, QueueHandle>,
-    exchanges: HashMap<Arc<str>, ExchangeRoute>,
+    queues: FxHashMap<Arc<str>, QueueHandle>,
+    exchanges: FxHashMap<Arc<str>, ExchangeRoute>,
 }
 
 impl RoutingSnapshot {
@@ -51,11 +53,11 @@ impl RoutingSnapshot {
         queues: &HashMap<Arc<str>, QueueHandle>,
         bindings: &[Binding],
     ) -> RoutingSnapshot {
-        let mut routes: HashMap<Arc<str>, ExchangeRoute> = exchanges
+        let mut routes: FxHashMap<Arc<str>, ExchangeRoute> = exchanges
             .iter()
             .map(|(name, def)| {
                 let table = match def.kind {
-                    ExchangeType::Direct => Table_::Direct(HashMap::new()),
+                    ExchangeType::Direct => Table_::Direct(FxHashMap::default()),
                     ExchangeType::Fanout => Table_::Fanout(Vec::new()),
                     ExchangeType::Topic => Table_::Topic(TopicTrie::default()),
                     ExchangeType::Headers => Table_::Headers(Vec::new()),
@@ -79,7 +81,7 @@ impl RoutingSnapshot {
         }
         RoutingSnapshot {
             vhost: vhost.clone(),
-            queues: queues.clone(),
+            queues: queues.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             exchanges: routes,
         }
     }

@@ -188,7 +188,8 @@ impl Connection {
             properties,
             body,
         });
-        let targets = self.route(id, &message)?;
+        let mut targets = Vec::new();
+        self.route(id, &message, &mut targets)?;
         let channel = self
             .channels
             .get_mut(&id)
@@ -237,7 +238,12 @@ impl Connection {
         }
     }
 
-    fn route(&mut self, id: u16, message: &Message) -> Result<Vec<QueueHandle>, Fault> {
+    fn route(
+        &mut self,
+        id: u16,
+        message: &Message,
+        targets: &mut Vec<QueueHandle>,
+    ) -> Result<(), Fault> {
         let vhost = self.vhost();
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
@@ -245,12 +251,10 @@ impl Connection {
             let properties = BasicProperties::decode(&message.properties).ok()?;
             properties.headers.as_ref().map(table_to_core)
         };
-        let mut targets = Vec::new();
         vhost
             .snapshot()
-            .route(exchange, routing_key, &mut headers, &mut targets)
-            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))?;
-        Ok(targets)
+            .route(exchange, routing_key, &mut headers, targets)
+            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))
     }
 
     /// As RabbitMQ: a `user_id` property must name the authenticated user.
