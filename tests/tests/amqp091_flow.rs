@@ -12,7 +12,7 @@ use warren_tests::raw::{Handshake, RawClient};
 use warren_tests::wire::{method, Args};
 use warren_tests::{bounded, unique, TestBroker};
 
-/// Above the queue flow backlog (32,768 ready messages) so that flow engages.
+/// Well above the queue flow backlog (8,192 ready messages), so that flow can engage.
 const MESSAGES: usize = 60_000;
 
 /// One connection publishes to and consumes (no-ack) from the same queue. When the queue

@@ -23,7 +23,7 @@ pub const NAME_BYTES_MAX: usize = 255;
 /// writes them stops taking publishes until half of them are delivered (RabbitMQ's `flow`
 /// state): its publishers wait, so a fast publisher cannot starve its consumers of CPU. A queue
 /// without such consumers, or whose consumers stopped taking deliveries, never does this.
-pub const QUEUE_FLOW_BACKLOG_MAX: usize = 32_768;
+pub const QUEUE_FLOW_BACKLOG_MAX: usize = 8_192;
 /// How long a queue in flow waits for a delivery before deciding its consumers have stalled
 /// and taking publishes again.
 pub const QUEUE_FLOW_STALL_MS: u64 = 5_000;
