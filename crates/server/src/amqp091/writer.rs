@@ -58,7 +58,8 @@ impl Writer {
             properties,
             &mut self.encode,
         );
-        // frame_max counts the 8 bytes of frame overhead.
+        // frame_max counts the 8 bytes of frame overhead; 0 means no limit but the size field's.
+        let frame_max = if frame_max == 0 { u32::MAX } else { frame_max };
         let chunk_max = usize::try_from(frame_max.saturating_sub(8).max(1)).unwrap_or(usize::MAX);
         let mut offset = 0;
         while offset < body.len() {
