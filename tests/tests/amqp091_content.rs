@@ -178,3 +178,44 @@ async fn user_id_other_than_the_authenticated_user_is_406() {
         "PRECONDITION_FAILED - user_id property set to 'someone-else' but authenticated user was 'guest'"
     );
 }
+
+/// With `frame_max = 0` (no limit) negotiated on both sides, a 100 KB body goes out in one
+/// body frame, as it came in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_frame_limit_a_body_is_one_frame() {
+    let broker = TestBroker::start_with(|config| config.frame_max = 0).await;
+    if broker.skip_if_external("needs Warren configured with frame_max = 0") {
+        return;
+    }
+    let handshake = Handshake {
+        frame_max: Some(0),
+        ..Default::default()
+    };
+    let (mut client, _, tune) = RawClient::handshake(broker.addr(), handshake).await;
+    assert_eq!(tune.frame_max, 0);
+    client.open_channel(1).await;
+    let queue = unique("content-nolimit");
+    let declare = Args::new()
+        .short(0)
+        .shortstr(&queue)
+        .bits(&[false; 5])
+        .table(&[])
+        .build();
+    client.send_method(1, method::QUEUE_DECLARE, &declare).await;
+    client.expect_method(1, method::QUEUE_DECLARE_OK).await;
+    let body = vec![7u8; 100_000];
+    let publish = wire::publish_frames(1, "", &queue, false, &body, 200_000);
+    client.send(&publish).await;
+    let get = Args::new().short(0).shortstr(&queue).bits(&[true]).build();
+    client.send_method(1, method::BASIC_GET, &get).await;
+    client.expect_method(1, method::BASIC_GET_OK).await;
+    let header = client.next_frame().await;
+    assert_eq!(header.kind, wire::FRAME_HEADER, "{header:?}");
+    let frame = client.next_frame().await;
+    assert_eq!(frame.kind, wire::FRAME_BODY);
+    assert_eq!(
+        frame.payload.len(),
+        body.len(),
+        "the whole body in one frame"
+    );
+}
