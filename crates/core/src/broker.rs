@@ -1,7 +1,7 @@
 //! The broker: virtual hosts and users. Protocol connections hold an `Arc<Broker>`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,7 +18,6 @@ pub struct User {
 }
 
 pub struct Broker {
-    data_dir: PathBuf,
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     users: RwLock<HashMap<String, User>>,
     next_id: AtomicU64,
@@ -44,15 +43,10 @@ impl Broker {
         let vhosts = HashMap::from([(default_vhost.to_string(), vhost)]);
         let users = users.into_iter().map(|u| (u.name.clone(), u)).collect();
         Ok(Arc::new(Broker {
-            data_dir: data_dir.to_owned(),
             vhosts: RwLock::new(vhosts),
             users: RwLock::new(users),
             next_id: AtomicU64::new(1),
         }))
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {

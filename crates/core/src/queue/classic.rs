@@ -245,14 +245,8 @@ impl ClassicQueue {
     }
 
     fn consume(&mut self, consumer: Consumer) -> Result<(), BrokerError> {
-        if self.consumers.iter().any(|c| c.exclusive) {
-            return Err(BrokerError::access_refused(format!(
-                "queue '{}' in vhost '{}' in exclusive use",
-                self.handle.def().name,
-                self.handle.def().vhost
-            )));
-        }
-        if consumer.exclusive && !self.consumers.is_empty() {
+        let exclusive_taken = self.consumers.iter().any(|c| c.exclusive);
+        if exclusive_taken || (consumer.exclusive && !self.consumers.is_empty()) {
             return Err(BrokerError::access_refused(format!(
                 "queue '{}' in vhost '{}' in exclusive use",
                 self.handle.def().name,

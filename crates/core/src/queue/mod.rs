@@ -188,11 +188,6 @@ impl QueueHandle {
             .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
     }
 
-    /// Sends without waiting; used where the caller must not block (connection teardown).
-    pub fn try_send(&self, cmd: QueueCmd) -> bool {
-        self.mailbox(&cmd).try_send(cmd).is_ok()
-    }
-
     pub async fn request<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> QueueCmd,
@@ -206,9 +201,5 @@ impl QueueHandle {
 
     pub async fn info(&self) -> Result<QueueInfo, BrokerError> {
         self.request(|reply| QueueCmd::Info { reply }).await
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.0.data.is_closed()
     }
 }

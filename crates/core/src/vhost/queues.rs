@@ -142,11 +142,6 @@ impl VHost {
             .cloned()
             .collect()
     }
-
-    /// Number of queues, for tests and the management API.
-    pub fn queue_count(&self) -> usize {
-        self.meta.lock().queues.len()
-    }
 }
 
 fn check_equivalent_queue(existing: &QueueDef, req: &QueueDeclare) -> Result<(), BrokerError> {

@@ -144,10 +144,7 @@ impl Connection {
                 Ok(None) => {}
                 Err(error) => return Err(Fault::decode(&error)),
             }
-            self.rbuf.reserve(READ_CHUNK_MIN_BYTES);
-            if self.reader.read_buf(&mut self.rbuf).await? == 0 {
-                return Err(Fault::Gone("peer closed the socket".into()));
-            }
+            self.read_more().await?;
         }
     }
 
@@ -199,7 +196,8 @@ impl Connection {
                         self.rbuf = BytesMut::new();
                     }
                 }
-                () = outbox.notified() => self.on_events(),
+                // Taken below, with whatever else arrived during this turn.
+                () = outbox.notified() => {}
                 _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
                 _ = shutdown.changed() => {
                     return Err(Fault::connection(

@@ -22,7 +22,7 @@ use warren_proto::amqp091::{
 use super::channel::{Confirms, Unacked};
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
-use super::publish::{TxBuffer, REPLY_TO_PSEUDO_QUEUE};
+use super::publish::{exchange_of, routing_key_of, TxBuffer, REPLY_TO_PSEUDO_QUEUE};
 
 #[derive(Debug)]
 pub struct ConsumerState {
@@ -358,9 +358,8 @@ impl Connection {
         let method = Method::BasicGetOk(BasicGetOk {
             delivery_tag,
             redelivered: delivery.redelivered,
-            exchange: ShortStr::from_utf8(delivery.message.exchange.clone()).unwrap_or_default(),
-            routing_key: ShortStr::from_utf8(delivery.message.routing_key.clone())
-                .unwrap_or_default(),
+            exchange: exchange_of(&delivery.message),
+            routing_key: routing_key_of(&delivery.message),
             message_count: got.remaining,
         });
         let message = &delivery.message;
@@ -519,8 +518,8 @@ impl Connection {
             consumer_tag: state.tag.clone(),
             delivery_tag,
             redelivered: delivery.redelivered,
-            exchange: ShortStr::from_utf8(message.exchange.clone()).unwrap_or_default(),
-            routing_key: ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default(),
+            exchange: exchange_of(message),
+            routing_key: routing_key_of(message),
         });
         self.out
             .content(id, &method, &message.properties, &message.body, frame_max);

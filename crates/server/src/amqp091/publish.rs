@@ -222,10 +222,8 @@ impl Connection {
                 let method = Method::BasicReturn(BasicReturn {
                     reply_code: reply_code::NO_ROUTE,
                     reply_text: "NO_ROUTE".into(),
-                    exchange: wire::ShortStr::from_utf8(message.exchange.clone())
-                        .unwrap_or_default(),
-                    routing_key: wire::ShortStr::from_utf8(message.routing_key.clone())
-                        .unwrap_or_default(),
+                    exchange: exchange_of(&message),
+                    routing_key: routing_key_of(&message),
                 });
                 let frame_max = self.tuning.frame_max;
                 self.out
@@ -418,6 +416,16 @@ impl Connection {
             channel.unacked.insert(at, unacked);
         }
     }
+}
+
+/// The exchange a stored message was published to, as a short string again (checked UTF-8
+/// when it was decoded, so the fallback is unreachable).
+pub(super) fn exchange_of(message: &Message) -> wire::ShortStr {
+    wire::ShortStr::from_utf8(message.exchange.clone()).unwrap_or_default()
+}
+
+pub(super) fn routing_key_of(message: &Message) -> wire::ShortStr {
+    wire::ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default()
 }
 
 fn join(chunks: Vec<Bytes>) -> Bytes {
