@@ -1,0 +1,300 @@
+//! The on-disk record format, sans IO: encoding into a batch, decoding from a buffer.
+//!
+//! A segment file starts with [`SEGMENT_MAGIC`] and holds records back to back:
+//!
+//! ```text
+//! record  := len:u32le  crc:u32le  payload[len]        crc = CRC-32C of payload
+//! payload := kind:u8  queue:u64le  rest
+//!   enqueue   (1): seq:u64le  flags:u8  message bytes (opaque to the store)
+//!   ack       (2): count:u32le  (first:u64le  last:u64le){count}   inclusive seq ranges
+//!   delivered (3): up_to:u64le    every seq <= up_to was handed to a consumer
+//!   deleted   (4):                the queue was deleted; earlier records of it are void
+//! ```
+//!
+//! Every record is self-checking, so a torn tail or a flipped byte is found by its checksum
+//! and the reader can resynchronise on the next record that checks.
+
+use std::fmt;
+
+/// First bytes of every segment file (format version 1).
+pub const SEGMENT_MAGIC: &[u8; 8] = b"WRNSTOR1";
+/// Bytes before a record's payload: its length and checksum.
+pub const RECORD_HEADER_LEN: usize = 8;
+/// Payload bytes of an enqueue record before the message: kind, queue, seq, flags.
+pub const ENQUEUE_PREFIX_LEN: usize = 1 + 8 + 8 + 1;
+/// A payload larger than this is taken for garbage when reading (messages are capped far
+/// below it by `max_message_size`).
+pub const RECORD_PAYLOAD_MAX: usize = 1 << 30;
+
+const KIND_ENQUEUE: u8 = 1;
+const KIND_ACK: u8 = 2;
+const KIND_DELIVERED: u8 = 3;
+const KIND_DELETED: u8 = 4;
+
+/// Enqueue flag: the message must survive a restart (persistent message, durable queue).
+/// Without it the record only pages a message out of memory and recovery ignores it.
+pub const FLAG_DURABLE: u8 = 1;
+
+/// Where a record is: segment number, byte offset of the record's header, total length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub segment: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// A decoded record; the message of an enqueue is a range of the buffer it was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Enqueue {
+        queue: u64,
+        seq: u64,
+        flags: u8,
+        message: std::ops::Range<usize>,
+    },
+    Ack {
+        queue: u64,
+        ranges: Vec<(u64, u64)>,
+    },
+    Delivered {
+        queue: u64,
+        up_to: u64,
+    },
+    QueueDeleted {
+        queue: u64,
+    },
+}
+
+/// Why bytes at an offset are not a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// The buffer ends inside the record (a torn write).
+    Truncated,
+    /// The checksum does not match the payload.
+    Checksum,
+    /// The checksum matched but the payload makes no sense (unknown kind, bad lengths).
+    Malformed,
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RecordError::Truncated => "record cut short (torn write)",
+            RecordError::Checksum => "checksum mismatch",
+            RecordError::Malformed => "malformed record",
+        })
+    }
+}
+
+/// Decodes the record at `at`; returns it and its total length.
+pub fn decode(buf: &[u8], at: usize) -> Result<(Record, usize), RecordError> {
+    let header = buf
+        .get(at..at + RECORD_HEADER_LEN)
+        .ok_or(RecordError::Truncated)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > RECORD_PAYLOAD_MAX {
+        return Err(RecordError::Malformed);
+    }
+    let start = at + RECORD_HEADER_LEN;
+    let payload = buf.get(start..start + len).ok_or(RecordError::Truncated)?;
+    if crc32c::crc32c(payload) != crc {
+        return Err(RecordError::Checksum);
+    }
+    let record = decode_payload(payload, start).ok_or(RecordError::Malformed)?;
+    Ok((record, RECORD_HEADER_LEN + len))
+}
+
+fn decode_payload(payload: &[u8], base: usize) -> Option<Record> {
+    let (&kind, rest) = payload.split_first()?;
+    let queue = u64_at(rest, 0)?;
+    let rest = &rest[8..];
+    match kind {
+        KIND_ENQUEUE => {
+            let seq = u64_at(rest, 0)?;
+            let flags = *rest.get(8)?;
+            Some(Record::Enqueue {
+                queue,
+                seq,
+                flags,
+                message: base + ENQUEUE_PREFIX_LEN..base + payload.len(),
+            })
+        }
+        KIND_ACK => {
+            let count = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+            let ranges = rest.get(4..)?;
+            if ranges.len() != count.checked_mul(16)? {
+                return None;
+            }
+            let ranges = ranges
+                .chunks_exact(16)
+                .map(|c| (u64_at(c, 0).unwrap_or(0), u64_at(c, 8).unwrap_or(0)))
+                .collect();
+            Some(Record::Ack { queue, ranges })
+        }
+        KIND_DELIVERED if rest.len() == 8 => Some(Record::Delivered {
+            queue,
+            up_to: u64_at(rest, 0)?,
+        }),
+        KIND_DELETED if rest.is_empty() => Some(Record::QueueDeleted { queue }),
+        _ => None,
+    }
+}
+
+fn u64_at(buf: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Called once the records it was attached to are on disk (`true`) or can never be
+/// (`false`: the store failed; the publisher must be told no).
+pub type Waiter = Box<dyn FnOnce(bool) + Send>;
+
+/// Records one queue task writes in one go, with what the store must account for them.
+#[derive(Default)]
+pub struct RecordBatch {
+    pub(crate) buf: Vec<u8>,
+    /// End offset in `buf` of each record, and whether it is an enqueue.
+    pub(crate) records: Vec<(usize, bool)>,
+    /// Stored messages that became dead (acked, dropped, deleted): their segments' live counts
+    /// go down when the batch is written.
+    pub(crate) dead: Vec<u32>,
+    pub(crate) waiters: Vec<Waiter>,
+    /// Enqueues with [`FLAG_DURABLE`], for the messages-per-fsync figure.
+    pub(crate) durable_messages: u64,
+}
+
+impl fmt::Debug for RecordBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordBatch")
+            .field("bytes", &self.buf.len())
+            .field("records", &self.records.len())
+            .field("dead", &self.dead.len())
+            .field("waiters", &self.waiters.len())
+            .finish()
+    }
+}
+
+impl RecordBatch {
+    pub fn new() -> RecordBatch {
+        RecordBatch::default()
+    }
+
+    /// Nothing to write and nothing to account for.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.dead.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Appends an enqueue record; `write_message` appends the message's bytes.
+    pub fn enqueue(
+        &mut self,
+        queue: u64,
+        seq: u64,
+        flags: u8,
+        write_message: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let start = self.begin(KIND_ENQUEUE, queue);
+        self.buf.extend_from_slice(&seq.to_le_bytes());
+        self.buf.push(flags);
+        write_message(&mut self.buf);
+        if flags & FLAG_DURABLE != 0 {
+            self.durable_messages += 1;
+        }
+        self.finish(start, true);
+    }
+
+    /// Appends an ack record for `seqs` (any order), as ranges of consecutive numbers.
+    pub fn ack(&mut self, queue: u64, seqs: &mut [u64]) {
+        if seqs.is_empty() {
+            return;
+        }
+        seqs.sort_unstable();
+        let start = self.begin(KIND_ACK, queue);
+        let count_at = self.buf.len();
+        self.buf.extend_from_slice(&0u32.to_le_bytes());
+        let mut count: u32 = 0;
+        let mut range = (seqs[0], seqs[0]);
+        for &seq in &seqs[1..] {
+            if seq == range.1 || seq == range.1 + 1 {
+                range.1 = seq;
+            } else {
+                self.push_range(range);
+                count += 1;
+                range = (seq, seq);
+            }
+        }
+        self.push_range(range);
+        count += 1;
+        self.buf[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+        self.finish(start, false);
+    }
+
+    fn push_range(&mut self, (first, last): (u64, u64)) {
+        self.buf.extend_from_slice(&first.to_le_bytes());
+        self.buf.extend_from_slice(&last.to_le_bytes());
+    }
+
+    /// Every message up to `up_to` was handed to a consumer: after a crash they come back
+    /// marked redelivered.
+    pub fn delivered(&mut self, queue: u64, up_to: u64) {
+        let start = self.begin(KIND_DELIVERED, queue);
+        self.buf.extend_from_slice(&up_to.to_le_bytes());
+        self.finish(start, false);
+    }
+
+    pub fn queue_deleted(&mut self, queue: u64) {
+        let start = self.begin(KIND_DELETED, queue);
+        self.finish(start, false);
+    }
+
+    /// The message stored at `location` is no longer needed.
+    pub fn forget(&mut self, location: Location) {
+        self.dead.push(location.segment);
+    }
+
+    /// Runs `waiter` once this batch's records are fsynced (or the store failed).
+    pub fn on_durable(&mut self, waiter: Waiter) {
+        self.waiters.push(waiter);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.records.clear();
+        self.dead.clear();
+        self.waiters.clear();
+        self.durable_messages = 0;
+    }
+
+    fn begin(&mut self, kind: u8, queue: u64) -> usize {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0; RECORD_HEADER_LEN]);
+        self.buf.push(kind);
+        self.buf.extend_from_slice(&queue.to_le_bytes());
+        start
+    }
+
+    fn finish(&mut self, start: usize, enqueue: bool) {
+        let payload = &self.buf[start + RECORD_HEADER_LEN..];
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let crc = crc32c::crc32c(payload);
+        self.buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        self.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        self.records.push((self.buf.len(), enqueue));
+    }
+}
+
+/// The store's identity for a queue: FNV-1a of vhost and name. Stable across builds, so
+/// files written by one version are read by the next.
+pub fn queue_id(vhost: &str, name: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    for &b in vhost.as_bytes().iter().chain(&[0]).chain(name.as_bytes()) {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    hash
+}
+
+#[cfg(test)]
+#[path = "record_test.rs"]
+mod tests;

@@ -1,0 +1,457 @@
+//! The message store: one log of segment files shared by every queue of the node, so one
+//! fsync covers every message that arrived meanwhile, from every connection and queue.
+//!
+//! Writers (queue tasks) append a batch with one `write` under a short lock: once it returns
+//! the records survive the broker process being killed. A batch that needs a publisher
+//! confirm leaves a waiter; the sync thread takes all waiters, fsyncs the segments written
+//! since the last round, and runs them (group commit). While it syncs, the next group gathers.
+//!
+//! Each segment counts its live enqueue records. Segments are deleted oldest first once the
+//! oldest holds none: acks live in later segments, so a segment is only removed when nothing
+//! older could be brought back by losing its acks.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::record::{self, Location, RecordBatch, Waiter, SEGMENT_MAGIC};
+use crate::recovery::{self, Recovered};
+
+/// How often the sync thread logs its figures while busy.
+const STATS_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The store's directory (`<data_dir>/store`).
+    pub dir: PathBuf,
+    /// A segment is closed and a new one started once it would grow past this size.
+    pub segment_bytes: u64,
+}
+
+/// A handle to the node's message store; cheap to clone.
+#[derive(Clone)]
+pub struct Store(Arc<Shared>);
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.0.dir.display())
+    }
+}
+
+struct Shared {
+    dir: PathBuf,
+    segment_bytes: u64,
+    writer: Mutex<Writer>,
+    /// Open segments by number, for reads.
+    files: RwLock<BTreeMap<u32, Arc<File>>>,
+    sync: Mutex<SyncState>,
+    sync_wake: Condvar,
+    failed: AtomicBool,
+    stats: Stats,
+}
+
+struct Writer {
+    active: u32,
+    file: Arc<File>,
+    len: u64,
+    /// Live enqueue records per segment.
+    live: BTreeMap<u32, u64>,
+}
+
+#[derive(Default)]
+struct SyncState {
+    waiters: Vec<Waiter>,
+    /// Segments written since the last fsync.
+    dirty: Vec<(u32, Arc<File>)>,
+    durable_messages: u64,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Stats {
+    fsyncs: AtomicU64,
+    synced_messages: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// Figures since the store opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub fsyncs: u64,
+    pub synced_messages: u64,
+    pub bytes_written: u64,
+    pub segments: u64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store, reads every segment back and returns what the
+    /// queues must recover. Writing starts in a fresh segment.
+    pub fn open(config: StoreConfig) -> io::Result<(Store, Recovered)> {
+        fs::create_dir_all(&config.dir).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("cannot create {}: {error}", config.dir.display()),
+            )
+        })?;
+        let scan = recovery::scan(&config.dir)?;
+        let active = scan.last_segment + 1;
+        let file = Arc::new(create_segment(&config.dir, active)?);
+        let mut files = scan.files;
+        files.insert(active, file.clone());
+        let mut live = scan.live;
+        live.insert(active, 0);
+        let shared = Arc::new(Shared {
+            dir: config.dir,
+            segment_bytes: config.segment_bytes.max(4096),
+            writer: Mutex::new(Writer {
+                active,
+                file,
+                len: SEGMENT_MAGIC.len() as u64,
+                live,
+            }),
+            files: RwLock::new(files),
+            sync: Mutex::new(SyncState::default()),
+            sync_wake: Condvar::new(),
+            failed: AtomicBool::new(false),
+            stats: Stats::default(),
+        });
+        let store = Store(shared);
+        let syncer = store.0.clone();
+        thread::Builder::new()
+            .name("warren-store-sync".into())
+            .spawn(move || sync_loop(&syncer))?;
+        store.reclaim(&mut store.0.writer.lock());
+        Ok((store, scan.recovered))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.0.dir
+    }
+
+    /// Writes the batch (one `write` per segment it spans) and accounts for it; fills
+    /// `locations` with where each enqueue record went, in order. The batch is emptied.
+    ///
+    /// On error nothing of the batch counts as written and its waiters were told `false`.
+    pub fn append(&self, batch: &mut RecordBatch, locations: &mut Vec<Location>) -> io::Result<()> {
+        locations.clear();
+        let result = self.write_batch(batch, locations);
+        if let Err(error) = &result {
+            self.fail(&format!(
+                "write to {} failed: {error}",
+                self.0.dir.display()
+            ));
+            for waiter in batch.waiters.drain(..) {
+                waiter(false);
+            }
+        }
+        batch.clear();
+        result
+    }
+
+    fn write_batch(
+        &self,
+        batch: &mut RecordBatch,
+        locations: &mut Vec<Location>,
+    ) -> io::Result<()> {
+        if self.0.failed.load(Ordering::Acquire) {
+            return Err(io::Error::other(
+                "the message store stopped after an earlier write or fsync error; restart the broker",
+            ));
+        }
+        let mut writer = self.0.writer.lock();
+        let mut written = Vec::new();
+        let mut start = 0;
+        let mut record = 0;
+        while record < batch.records.len() {
+            // The records that fit the active segment, at least one.
+            let mut end = record;
+            let mut end_offset = start;
+            while end < batch.records.len() {
+                let next = batch.records[end].0;
+                let fits = writer.len + (next - start) as u64 <= self.0.segment_bytes;
+                if end > record && !fits {
+                    break;
+                }
+                if end == record && !fits && writer.len > SEGMENT_MAGIC.len() as u64 {
+                    break; // rotate first; a record larger than a segment gets one alone
+                }
+                end_offset = next;
+                end += 1;
+            }
+            if end == record {
+                self.rotate(&mut writer)?;
+                continue;
+            }
+            let base = writer.len;
+            writer
+                .file
+                .write_all_at(&batch.buf[start..end_offset], base)?;
+            writer.len += (end_offset - start) as u64;
+            let segment = writer.active;
+            let mut offset = start;
+            for &(record_end, enqueue) in &batch.records[record..end] {
+                if enqueue {
+                    locations.push(Location {
+                        segment,
+                        offset: (base + (offset - start) as u64) as u32,
+                        len: (record_end - offset) as u32,
+                    });
+                    *writer.live.entry(segment).or_default() += 1;
+                }
+                offset = record_end;
+            }
+            if !written.iter().any(|(s, _)| *s == segment) {
+                written.push((segment, writer.file.clone()));
+            }
+            start = end_offset;
+            record = end;
+        }
+        let mut emptied = false;
+        for &segment in &batch.dead {
+            if let Some(count) = writer.live.get_mut(&segment) {
+                *count = count.saturating_sub(1);
+                emptied |= *count == 0;
+            }
+        }
+        self.0
+            .stats
+            .bytes_written
+            .fetch_add(batch.buf.len() as u64, Ordering::Relaxed);
+        if !batch.waiters.is_empty() || !written.is_empty() {
+            let mut sync = self.0.sync.lock();
+            for (segment, file) in written {
+                if !sync.dirty.iter().any(|(s, _)| *s == segment) {
+                    sync.dirty.push((segment, file));
+                }
+            }
+            if !batch.waiters.is_empty() {
+                sync.waiters.append(&mut batch.waiters);
+                sync.durable_messages += batch.durable_messages;
+                self.0.sync_wake.notify_one();
+            }
+        }
+        if emptied {
+            self.reclaim(&mut writer);
+        }
+        Ok(())
+    }
+
+    fn rotate(&self, writer: &mut Writer) -> io::Result<()> {
+        let next = writer.active + 1;
+        let file = Arc::new(create_segment(&self.0.dir, next)?);
+        File::open(&self.0.dir)?.sync_all()?; // the new name survives a power loss
+        self.0.files.write().insert(next, file.clone());
+        writer.live.insert(next, 0);
+        writer.active = next;
+        writer.file = file;
+        writer.len = SEGMENT_MAGIC.len() as u64;
+        tracing::debug!(segment = next, "message store: new segment");
+        Ok(())
+    }
+
+    /// Deletes the oldest segments while they hold no live message.
+    fn reclaim(&self, writer: &mut Writer) {
+        while let Some((&segment, &live)) = writer.live.first_key_value() {
+            if live > 0 || segment == writer.active {
+                break;
+            }
+            writer.live.remove(&segment);
+            self.0.files.write().remove(&segment);
+            let path = segment_path(&self.0.dir, segment);
+            match fs::remove_file(&path) {
+                Ok(()) => tracing::debug!(path = %path.display(), "message store: segment reclaimed"),
+                Err(error) => tracing::warn!(
+                    "message store: cannot delete {}: {error}; it will be read again at the next start",
+                    path.display()
+                ),
+            }
+        }
+    }
+
+    /// Reads back the message bytes of the enqueue record at `location`, checking its checksum.
+    pub fn read(&self, location: Location) -> io::Result<Bytes> {
+        let file = self
+            .0
+            .files
+            .read()
+            .get(&location.segment)
+            .cloned()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("segment {} is gone", location.segment),
+                )
+            })?;
+        let mut buf = vec![0; location.len as usize];
+        file.read_exact_at(&mut buf, u64::from(location.offset))?;
+        match record::decode(&buf, 0) {
+            Ok((record::Record::Enqueue { message, .. }, _)) => Ok(Bytes::from(buf).slice(message)),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not an enqueue record",
+            )),
+            Err(error) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} at offset {}: {error}",
+                    segment_path(&self.0.dir, location.segment).display(),
+                    location.offset
+                ),
+            )),
+        }
+    }
+
+    /// Drops recovered messages no queue claimed (their queue is gone or was not durable).
+    pub fn forget_unclaimed(&self, recovered: Recovered) {
+        let mut batch = RecordBatch::new();
+        let mut count = 0u64;
+        for queue in recovered.into_queues() {
+            for message in queue.messages {
+                batch.forget(message.location);
+                count += 1;
+            }
+        }
+        if count > 0 {
+            tracing::info!("message store: {count} stored messages belong to no queue; dropped");
+            let _ = self.append(&mut batch, &mut Vec::new());
+        }
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let stats = &self.0.stats;
+        StoreStats {
+            fsyncs: stats.fsyncs.load(Ordering::Relaxed),
+            synced_messages: stats.synced_messages.load(Ordering::Relaxed),
+            bytes_written: stats.bytes_written.load(Ordering::Relaxed),
+            segments: self.0.files.read().len() as u64,
+        }
+    }
+
+    fn fail(&self, what: &str) {
+        if !self.0.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                "message store: {what}; publishes to durable queues are nacked from now on, restart the broker once the disk is fixed"
+            );
+        }
+    }
+
+    /// Stops the sync thread after it ran every waiter.
+    pub fn close(&self) {
+        self.0.sync.lock().shutdown = true;
+        self.0.sync_wake.notify_one();
+    }
+}
+
+fn sync_loop(shared: &Arc<Shared>) {
+    let mut last_report = Instant::now();
+    let mut reported = (0u64, 0u64, 0u64);
+    loop {
+        let (waiters, dirty, messages) = {
+            let mut sync = shared.sync.lock();
+            while sync.waiters.is_empty() && !sync.shutdown {
+                shared.sync_wake.wait_for(&mut sync, STATS_INTERVAL);
+                if sync.waiters.is_empty() {
+                    break;
+                }
+            }
+            if sync.shutdown && sync.waiters.is_empty() {
+                return;
+            }
+            if sync.waiters.is_empty() {
+                (Vec::new(), Vec::new(), 0)
+            } else {
+                (
+                    std::mem::take(&mut sync.waiters),
+                    std::mem::take(&mut sync.dirty),
+                    std::mem::take(&mut sync.durable_messages),
+                )
+            }
+        };
+        if !waiters.is_empty() {
+            let mut ok = !shared.failed.load(Ordering::Acquire);
+            for (segment, file) in &dirty {
+                if !ok {
+                    break;
+                }
+                if let Err(error) = file.sync_data() {
+                    ok = false;
+                    let path = segment_path(&shared.dir, *segment);
+                    Store(shared.clone())
+                        .fail(&format!("fsync of {} failed: {error}", path.display()));
+                }
+            }
+            let count = waiters.len();
+            for waiter in waiters {
+                waiter(ok);
+            }
+            shared.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+            shared
+                .stats
+                .synced_messages
+                .fetch_add(messages, Ordering::Relaxed);
+            tracing::trace!(waiters = count, messages, "message store: fsync");
+        }
+        let elapsed = last_report.elapsed();
+        if elapsed >= STATS_INTERVAL {
+            report(shared, elapsed, &mut reported);
+            last_report = Instant::now();
+        }
+    }
+}
+
+fn report(shared: &Shared, elapsed: Duration, last: &mut (u64, u64, u64)) {
+    let stats = &shared.stats;
+    let now = (
+        stats.fsyncs.load(Ordering::Relaxed),
+        stats.synced_messages.load(Ordering::Relaxed),
+        stats.bytes_written.load(Ordering::Relaxed),
+    );
+    let fsyncs = now.0 - last.0;
+    let messages = now.1 - last.1;
+    let bytes = now.2 - last.2;
+    *last = now;
+    if fsyncs == 0 {
+        return;
+    }
+    let secs = elapsed.as_secs_f64();
+    tracing::info!(
+        "message store: {:.0} fsyncs/s, {:.1} messages per fsync, {:.1} MiB/s written",
+        fsyncs as f64 / secs,
+        messages as f64 / fsyncs as f64,
+        bytes as f64 / secs / (1024.0 * 1024.0)
+    );
+}
+
+pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
+    dir.join(format!("{segment:020}.seg"))
+}
+
+fn create_segment(dir: &Path, segment: u32) -> io::Result<File> {
+    let path = segment_path(dir, segment);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("cannot create {}: {error}", path.display()),
+            )
+        })?;
+    file.write_all_at(SEGMENT_MAGIC, 0)?;
+    Ok(file)
+}
+
+#[cfg(test)]
+#[path = "store_test.rs"]
+mod tests;

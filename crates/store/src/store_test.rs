@@ -1,0 +1,213 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use super::*;
+use crate::record::FLAG_DURABLE;
+
+fn open(dir: &Path, segment_bytes: u64) -> (Store, Recovered) {
+    Store::open(StoreConfig {
+        dir: dir.join("store"),
+        segment_bytes,
+    })
+    .expect("the store opens")
+}
+
+fn enqueue(
+    store: &Store,
+    queue: u64,
+    seqs: std::ops::RangeInclusive<u64>,
+    flags: u8,
+) -> Vec<Location> {
+    let mut batch = RecordBatch::new();
+    for seq in seqs {
+        batch.enqueue(queue, seq, flags, |b| {
+            b.extend_from_slice(format!("message {seq}").as_bytes())
+        });
+    }
+    let mut locations = Vec::new();
+    store.append(&mut batch, &mut locations).expect("append");
+    locations
+}
+
+fn segment_files(dir: &Path) -> usize {
+    fs::read_dir(dir.join("store")).unwrap().count()
+}
+
+#[test]
+fn appended_messages_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), 1 << 20);
+    let locations = enqueue(&store, 1, 1..=3, FLAG_DURABLE);
+    assert_eq!(locations.len(), 3);
+    for (i, location) in locations.iter().enumerate() {
+        let bytes = store.read(*location).unwrap();
+        assert_eq!(&bytes[..], format!("message {}", i + 1).as_bytes());
+    }
+}
+
+#[test]
+fn restart_recovers_durable_unacked_messages_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), 1 << 20);
+        let locations = enqueue(&store, 1, 1..=5, FLAG_DURABLE);
+        enqueue(&store, 1, 6..=7, 0); // paged out transient messages
+        enqueue(&store, 2, 1..=2, FLAG_DURABLE);
+        let mut batch = RecordBatch::new();
+        batch.ack(1, &mut [2, 4]);
+        batch.forget(locations[1]);
+        batch.forget(locations[3]);
+        batch.delivered(1, 3);
+        batch.queue_deleted(2);
+        store.append(&mut batch, &mut Vec::new()).unwrap();
+        store.close();
+    }
+    let (store, mut recovered) = open(dir.path(), 1 << 20);
+    assert!(
+        recovered.take(2).is_none(),
+        "a deleted queue has nothing to recover"
+    );
+    let queue = recovered.take(1).expect("queue 1 recovered");
+    let seqs: Vec<(u64, bool)> = queue
+        .messages
+        .iter()
+        .map(|m| (m.seq, m.redelivered))
+        .collect();
+    assert_eq!(seqs, [(1, true), (3, true), (5, false)]);
+    assert_eq!(queue.next_seq, 6);
+    assert_eq!(
+        &store.read(queue.messages[2].location).unwrap()[..],
+        b"message 5"
+    );
+}
+
+#[test]
+fn one_fsync_covers_many_concurrent_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), 64 << 20);
+    let confirmed = Arc::new(AtomicUsize::new(0));
+    let (done_tx, done_rx) = mpsc::channel();
+    let writers: Vec<_> = (0..4u64)
+        .map(|queue| {
+            let store = store.clone();
+            let confirmed = confirmed.clone();
+            let done_tx = done_tx.clone();
+            thread::spawn(move || {
+                for seq in 1..=200u64 {
+                    let mut batch = RecordBatch::new();
+                    batch.enqueue(queue, seq, FLAG_DURABLE, |b| b.extend_from_slice(b"x"));
+                    let confirmed = confirmed.clone();
+                    let done_tx = done_tx.clone();
+                    batch.on_durable(Box::new(move |ok| {
+                        assert!(ok);
+                        confirmed.fetch_add(1, Ordering::Relaxed);
+                        let _ = done_tx.send(());
+                    }));
+                    store.append(&mut batch, &mut Vec::new()).unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    for _ in 0..800 {
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("every waiter runs");
+    }
+    let stats = store.stats();
+    assert_eq!(confirmed.load(Ordering::Relaxed), 800);
+    assert_eq!(stats.synced_messages, 800);
+    assert!(
+        stats.fsyncs >= 1 && stats.fsyncs < 800,
+        "group commit: {stats:?}"
+    );
+}
+
+#[test]
+fn segments_rotate_and_acked_ones_are_deleted_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), 4096);
+    let mut locations = Vec::new();
+    for chunk in 0..20u64 {
+        locations.extend(enqueue(
+            &store,
+            1,
+            chunk * 50 + 1..=chunk * 50 + 50,
+            FLAG_DURABLE,
+        ));
+    }
+    let segments = locations
+        .iter()
+        .map(|l| l.segment)
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(segments.len() > 5, "small segments rotate: {segments:?}");
+    assert_eq!(segment_files(dir.path()), segments.len());
+    // Ack all but the last message.
+    let mut batch = RecordBatch::new();
+    let mut seqs: Vec<u64> = (1..1000).collect();
+    batch.ack(1, &mut seqs);
+    for location in &locations[..999] {
+        batch.forget(*location);
+    }
+    store.append(&mut batch, &mut Vec::new()).unwrap();
+    let remaining = segment_files(dir.path());
+    assert!(
+        remaining <= 3,
+        "acked segments are reclaimed, {remaining} left"
+    );
+    assert_eq!(&store.read(locations[999]).unwrap()[..], b"message 1000");
+    store.close();
+    drop(store);
+    let (_, mut recovered) = open(dir.path(), 4096);
+    let queue = recovered.take(1).unwrap();
+    assert_eq!(
+        queue.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        [1000]
+    );
+}
+
+#[test]
+fn a_corrupt_record_is_skipped_and_the_rest_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let locations = {
+        let (store, _) = open(dir.path(), 1 << 20);
+        let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
+        store.close();
+        locations
+    };
+    let path = segment_path(&dir.path().join("store"), locations[0].segment);
+    let mut bytes = fs::read(&path).unwrap();
+    let flip = locations[3].offset as usize + locations[3].len as usize - 2;
+    bytes[flip] ^= 0xff;
+    let torn = locations[9].offset as usize + 5;
+    bytes.truncate(torn);
+    fs::write(&path, &bytes).unwrap();
+    let (_, mut recovered) = open(dir.path(), 1 << 20);
+    let queue = recovered.take(1).unwrap();
+    let seqs: Vec<u64> = queue.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 5, 6, 7, 8, 9]);
+}
+
+#[test]
+fn unclaimed_messages_are_dropped_and_their_segments_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (store, _) = open(dir.path(), 4096);
+        for chunk in 0..10u64 {
+            enqueue(&store, 9, chunk * 50 + 1..=chunk * 50 + 50, FLAG_DURABLE);
+        }
+        store.close();
+    }
+    let before = segment_files(dir.path());
+    let (store, recovered) = open(dir.path(), 4096);
+    assert_eq!(recovered.message_count(), 500);
+    store.forget_unclaimed(recovered);
+    assert!(segment_files(dir.path()) < before);
+    assert_eq!(
+        segment_files(dir.path()),
+        1,
+        "only the active segment is left"
+    );
+}
