@@ -7,7 +7,19 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use warren_store::{Store, StoreConfig};
+
+use crate::queue::classic::Storage;
 use crate::vhost::VHost;
+
+/// How the broker keeps messages on disk.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// Size at which the message store starts a new segment file.
+    pub segment_bytes: u64,
+    /// Bytes of ready messages each classic queue keeps in memory before paging out.
+    pub queue_memory_budget: usize,
+}
 
 #[derive(Debug, Clone)]
 pub struct User {
@@ -21,6 +33,7 @@ pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     users: RwLock<HashMap<String, User>>,
     next_id: AtomicU64,
+    store: Store,
 }
 
 impl Broker {
@@ -29,6 +42,7 @@ impl Broker {
         data_dir: &Path,
         default_vhost: &str,
         users: Vec<User>,
+        storage: StorageConfig,
     ) -> std::io::Result<Arc<Broker>> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
             std::io::Error::new(
@@ -39,14 +53,40 @@ impl Broker {
                 ),
             )
         })?;
-        let vhost = VHost::open(default_vhost, data_dir)?;
+        let (store, mut recovered) = Store::open(StoreConfig {
+            dir: data_dir.join("store"),
+            segment_bytes: storage.segment_bytes,
+        })?;
+        let queue_storage = Storage {
+            store: store.clone(),
+            memory_budget: storage.queue_memory_budget,
+        };
+        let vhost = VHost::open(default_vhost, data_dir, Some(queue_storage), &mut recovered)?;
+        store.forget_unclaimed(recovered);
         let vhosts = HashMap::from([(default_vhost.to_string(), vhost)]);
         let users = users.into_iter().map(|u| (u.name.clone(), u)).collect();
         Ok(Arc::new(Broker {
             vhosts: RwLock::new(vhosts),
             users: RwLock::new(users),
             next_id: AtomicU64::new(1),
+            store,
         }))
+    }
+
+    /// Lets every queue finish what it was handed (settlements of closed connections), then
+    /// stops the message store: nothing is written after this returns.
+    pub async fn close(&self) {
+        let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        for vhost in vhosts {
+            for queue in vhost.queue_handles() {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), queue.info()).await;
+            }
+        }
+        self.store.close();
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {

@@ -65,6 +65,57 @@ pub enum Event {
         consumer: ConsumerId,
         consumer_tag: Arc<str>,
     },
+    /// Every queue that took the publishes of confirm ticket `ticket` has them under its
+    /// durability contract (`ok`), or one of them can never have them (`!ok`: nack).
+    Confirmed {
+        ticket: u64,
+        ok: bool,
+    },
+}
+
+/// Tracks one batch of publishes on their way into queues: each queue holds a clone until the
+/// messages are safe under its durability contract (in memory, or written and fsynced), and
+/// the last clone to go tells the publishing connection through its outbox.
+#[derive(Clone)]
+pub struct ConfirmTicket(Arc<TicketInner>);
+
+struct TicketInner {
+    id: u64,
+    outbox: Arc<Outbox>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for ConfirmTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConfirmTicket({})", self.0.id)
+    }
+}
+
+impl ConfirmTicket {
+    pub fn new(id: u64, outbox: Arc<Outbox>) -> ConfirmTicket {
+        ConfirmTicket(Arc::new(TicketInner {
+            id,
+            outbox,
+            failed: Default::default(),
+        }))
+    }
+
+    /// The messages could not be made safe: the publisher gets a nack.
+    pub fn fail(&self) {
+        self.0
+            .failed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for TicketInner {
+    fn drop(&mut self) {
+        let ok = !self.failed.load(std::sync::atomic::Ordering::Acquire);
+        self.outbox.push(Event::Confirmed {
+            ticket: self.id,
+            ok,
+        });
+    }
 }
 
 /// The connection's inbox for queue events; see the module doc for why it needs no capacity.

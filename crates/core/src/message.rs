@@ -29,3 +29,82 @@ impl Message {
         self.body.len() + self.properties.len() + self.exchange.len() + self.routing_key.len()
     }
 }
+
+impl Message {
+    /// Appends the message as the store keeps it (see [`Message::decode_stored`]):
+    /// `format:u8 exchange_len:u8 exchange routing_key_len:u8 routing_key properties_len:u32le
+    /// properties body`.
+    pub fn encode_stored(&self, out: &mut Vec<u8>) {
+        out.push(match self.format {
+            Format::Amqp091 => 1,
+        });
+        // Exchange names and routing keys are short strings (at most 255 bytes) on the wire.
+        out.push(self.exchange.len().min(255) as u8);
+        out.extend_from_slice(&self.exchange[..self.exchange.len().min(255)]);
+        out.push(self.routing_key.len().min(255) as u8);
+        out.extend_from_slice(&self.routing_key[..self.routing_key.len().min(255)]);
+        out.extend_from_slice(&(self.properties.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.properties);
+        out.extend_from_slice(&self.body);
+    }
+
+    /// A message read back from the store; its parts are slices of `bytes`. `None` when the
+    /// bytes are not a stored message.
+    pub fn decode_stored(bytes: Bytes, persistent: bool) -> Option<Message> {
+        let format = match *bytes.first()? {
+            1 => Format::Amqp091,
+            _ => return None,
+        };
+        let mut at = 1;
+        let short = |at: &mut usize| -> Option<Bytes> {
+            let len = *bytes.get(*at)? as usize;
+            let start = *at + 1;
+            *at = start + len;
+            (bytes.len() >= *at).then(|| bytes.slice(start..*at))
+        };
+        let exchange = short(&mut at)?;
+        let routing_key = short(&mut at)?;
+        let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+        let start = at + 4;
+        let properties_end = start.checked_add(len)?;
+        if properties_end > bytes.len() {
+            return None;
+        }
+        Some(Message {
+            format,
+            exchange,
+            routing_key,
+            properties: bytes.slice(start..properties_end),
+            body: bytes.slice(properties_end..),
+            persistent,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_messages_round_trip() {
+        let message = Message {
+            format: Format::Amqp091,
+            exchange: Bytes::from_static(b"amq.direct"),
+            routing_key: Bytes::from_static(b"orders"),
+            properties: Bytes::from_static(&[0x10, 0, 2]),
+            body: Bytes::from_static(b"body bytes"),
+            persistent: true,
+        };
+        let mut buf = Vec::new();
+        message.encode_stored(&mut buf);
+        let back = Message::decode_stored(Bytes::from(buf.clone()), true).unwrap();
+        assert_eq!(back.exchange, message.exchange);
+        assert_eq!(back.routing_key, message.routing_key);
+        assert_eq!(back.properties, message.properties);
+        assert_eq!(back.body, message.body);
+        for cut in 0..buf.len() - message.body.len() {
+            let _ = Message::decode_stored(Bytes::from(buf[..cut].to_vec()), true);
+        }
+        assert!(Message::decode_stored(Bytes::from_static(&[9, 0, 0]), true).is_none());
+    }
+}

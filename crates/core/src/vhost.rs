@@ -17,7 +17,8 @@ use crate::definitions::{self, QueueRecord, VHostDefinitions};
 use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
-use crate::queue::{classic, QueueCmd, QueueDef, QueueHandle};
+use crate::queue::classic::{self, Storage};
+use crate::queue::{QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
 use crate::value::{Table, Value};
@@ -67,17 +68,26 @@ pub struct VHost {
     meta: Mutex<Meta>,
     snapshot: ArcSwap<RoutingSnapshot>,
     definitions_path: PathBuf,
+    storage: Option<Storage>,
     this: Weak<VHost>,
 }
 
 impl VHost {
-    /// Creates the vhost, pre-declares `amq.*` and recovers durable definitions from disk.
-    pub fn open(name: &str, data_dir: &std::path::Path) -> std::io::Result<Arc<VHost>> {
+    /// Creates the vhost, pre-declares `amq.*` and recovers durable definitions from disk,
+    /// with the messages the store kept for its durable queues. Without `storage` messages
+    /// live in memory only.
+    pub fn open(
+        name: &str,
+        data_dir: &std::path::Path,
+        storage: Option<Storage>,
+        recovered: &mut warren_store::Recovered,
+    ) -> std::io::Result<Arc<VHost>> {
         let vhost = Arc::new_cyclic(|this| VHost {
             name: Arc::from(name),
             meta: Mutex::new(Meta::default()),
             snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
             definitions_path: definitions::path_for(data_dir, name),
+            storage,
             this: this.clone(),
         });
         {
@@ -87,7 +97,7 @@ impl VHost {
                 meta.exchanges.insert(def.name.clone(), def);
             }
             if let Some(saved) = definitions::load(&vhost.definitions_path)? {
-                vhost.recover(&mut meta, saved);
+                vhost.recover(&mut meta, saved, recovered);
             }
             vhost.publish_snapshot(&meta);
         }
@@ -103,7 +113,12 @@ impl VHost {
         self.snapshot.load()
     }
 
-    fn recover(&self, meta: &mut Meta, saved: VHostDefinitions) {
+    fn recover(
+        &self,
+        meta: &mut Meta,
+        saved: VHostDefinitions,
+        recovered: &mut warren_store::Recovered,
+    ) {
         for def in saved.exchanges {
             meta.exchanges.insert(def.name.clone(), def);
         }
@@ -116,7 +131,8 @@ impl VHost {
                 auto_delete: record.auto_delete,
                 arguments: record.arguments,
             };
-            let handle = self.spawn_queue(def);
+            let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
+            let handle = self.spawn_queue(def, messages);
             meta.queues.insert(record.name, handle);
         }
         meta.bindings = saved.bindings;
@@ -149,7 +165,11 @@ impl VHost {
         }
     }
 
-    fn spawn_queue(&self, def: QueueDef) -> QueueHandle {
+    fn spawn_queue(
+        &self,
+        def: QueueDef,
+        recovered: Option<warren_store::RecoveredQueue>,
+    ) -> QueueHandle {
         let vhost = self.this.clone();
         let name = def.name.clone();
         let on_auto_delete = Box::new(move || {
@@ -157,7 +177,7 @@ impl VHost {
                 vhost.forget_queue(&name);
             }
         });
-        classic::spawn(def, on_auto_delete)
+        classic::spawn(def, on_auto_delete, self.storage.clone(), recovered)
     }
 
     /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are

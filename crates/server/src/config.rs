@@ -17,7 +17,7 @@ pub struct Config {
     pub bind_address: IpAddr,
     /// AMQP 0.9.1 port; 0 picks a free port (tests).
     pub amqp_port: u16,
-    /// Where durable definitions (and, later, messages) live.
+    /// Where durable definitions and the message store live.
     pub data_dir: PathBuf,
     /// Largest frame the server accepts, proposed in connection.tune (bytes).
     pub frame_max: u32,
@@ -36,6 +36,11 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     /// Log filter, as `RUST_LOG` (`info`, `warren=debug`, ...).
     pub log_level: String,
+    /// Bytes of ready message bodies each classic queue keeps in memory; beyond it messages
+    /// are paged out to the message store and read back when delivered.
+    pub queue_memory_budget: u64,
+    /// Size at which the message store starts a new segment file (bytes).
+    pub store_segment_size: u64,
 }
 
 impl Default for Config {
@@ -53,6 +58,8 @@ impl Default for Config {
             default_vhost: "/".into(),
             loopback_users: vec!["guest".into()],
             log_level: "info".into(),
+            queue_memory_budget: 64 * 1024 * 1024,
+            store_segment_size: 64 * 1024 * 1024,
         }
     }
 }

@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use warren_core::broker::StorageConfig;
 use warren_core::{Broker, User};
 
 pub use config::Config;
@@ -20,6 +21,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// A broker started in this process (the `warren server` command and the tests use it).
 pub struct RunningBroker {
+    broker: Arc<Broker>,
     amqp_addr: SocketAddr,
     shutdown_tx: watch::Sender<bool>,
     acceptor: tokio::task::JoinHandle<()>,
@@ -36,6 +38,7 @@ impl RunningBroker {
     pub async fn shutdown(self) {
         let _ = self.shutdown_tx.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, self.acceptor).await;
+        self.broker.close().await;
     }
 }
 
@@ -46,7 +49,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         password: config.default_pass.clone(),
         loopback_only: config.loopback_users.contains(&config.default_user),
     }];
-    let broker = Broker::open(&config.data_dir, &config.default_vhost, users)
+    let storage = StorageConfig {
+        segment_bytes: config.store_segment_size,
+        queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
+    };
+    let broker = Broker::open(&config.data_dir, &config.default_vhost, users, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
     let bind = SocketAddr::new(config.bind_address, config.amqp_port);
     let listener = TcpListener::bind(bind).await.with_context(|| {
@@ -56,12 +63,13 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shared = Arc::new(amqp091::Shared {
-        broker,
+        broker: broker.clone(),
         config: Arc::new(config),
         shutdown: shutdown_rx,
     });
     let acceptor = tokio::spawn(accept_loop(listener, shared));
     Ok(RunningBroker {
+        broker,
         amqp_addr,
         shutdown_tx,
         acceptor,

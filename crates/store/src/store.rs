@@ -56,6 +56,8 @@ struct Shared {
     sync: Mutex<SyncState>,
     sync_wake: Condvar,
     failed: AtomicBool,
+    /// Set by `close`: appends are refused from then on.
+    closed: AtomicBool,
     stats: Stats,
 }
 
@@ -122,6 +124,7 @@ impl Store {
             sync: Mutex::new(SyncState::default()),
             sync_wake: Condvar::new(),
             failed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             stats: Stats::default(),
         });
         let store = Store(shared);
@@ -143,6 +146,15 @@ impl Store {
     /// On error nothing of the batch counts as written and its waiters were told `false`.
     pub fn append(&self, batch: &mut RecordBatch, locations: &mut Vec<Location>) -> io::Result<()> {
         locations.clear();
+        if self.0.closed.load(Ordering::Acquire) {
+            for waiter in batch.waiters.drain(..) {
+                waiter(false);
+            }
+            batch.clear();
+            return Err(io::Error::other(
+                "the message store is closed (broker shutting down)",
+            ));
+        }
         let result = self.write_batch(batch, locations);
         if let Err(error) = &result {
             self.fail(&format!(
@@ -344,8 +356,11 @@ impl Store {
         }
     }
 
-    /// Stops the sync thread after it ran every waiter.
+    /// Refuses further appends and stops the sync thread once it ran every waiter.
     pub fn close(&self) {
+        // Taking the writer lock waits for an append in progress.
+        let _writer = self.0.writer.lock();
+        self.0.closed.store(true, Ordering::Release);
         self.0.sync.lock().shutdown = true;
         self.0.sync_wake.notify_one();
     }

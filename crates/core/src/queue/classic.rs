@@ -6,8 +6,12 @@
 //! ready one (delivery always takes the lowest), so `returned` then `ready` is exactly the
 //! original order: a requeued message goes back to its original position, as in RabbitMQ.
 //!
-//! Persistence of messages is the message store's (next milestone); until then a persistent
-//! message to a durable queue lives in memory like any other.
+//! Messages reach the message store (`warren_store`) as records: a persistent message to a
+//! durable queue is written when published (its publisher confirm waits for the fsync), acked
+//! when settled, and a `delivered` mark goes out before deliveries do, so after a crash a
+//! message a consumer may have seen comes back redelivered. Beyond the queue's memory budget a
+//! message keeps only its location in memory (transient ones are written for that) and is read
+//! back when delivered, as RabbitMQ's lazy / v2 classic queues do.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -18,7 +22,9 @@ use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::consumer::{Consumer, ConsumerId, Delivery, Event, Outbox};
+use warren_store::{Location, RecordBatch, RecoveredQueue, Store, FLAG_DURABLE};
+
+use crate::consumer::{ConfirmTicket, Consumer, ConsumerId, Delivery, Event, Outbox};
 use crate::error::BrokerError;
 use crate::limits::{
     DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
@@ -27,13 +33,30 @@ use crate::limits::{
 use crate::message::Message;
 use crate::queue::{GetOk, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp};
 
+/// How a queue uses the message store.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pub store: Store,
+    /// Bytes of ready messages kept in memory; beyond it only their location is.
+    pub memory_budget: usize,
+}
+
 /// Starts a classic queue task. `on_auto_delete` runs (once) when the queue removes itself
 /// because its last consumer left (auto-delete); the caller drops its records there.
-pub fn spawn(def: QueueDef, on_auto_delete: Box<dyn FnOnce() + Send>) -> QueueHandle {
+/// `recovered` holds what a durable queue had on disk at startup.
+pub fn spawn(
+    def: QueueDef,
+    on_auto_delete: Box<dyn FnOnce() + Send>,
+    storage: Option<Storage>,
+    recovered: Option<RecoveredQueue>,
+) -> QueueHandle {
     let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
     let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
     let handle = QueueHandle::new(def, data_tx, control_tx);
-    let queue = ClassicQueue::new(handle.clone());
+    let mut queue = ClassicQueue::new(handle.clone());
+    if let Some(storage) = storage {
+        queue.attach_store(storage, recovered);
+    }
     let mailboxes = Mailboxes {
         data: data_rx,
         control: control_rx,
@@ -99,11 +122,16 @@ async fn run(
         for cmd in control.drain(..).chain(data.drain(..)) {
             queue.handle(cmd);
         }
+        queue.flush_store();
         queue.dispatch();
         match queue.state {
             State::Running => {}
-            State::Deleted => break,
+            State::Deleted => {
+                queue.erase_from_store();
+                break;
+            }
             State::AutoDeleted => {
+                queue.erase_from_store();
                 on_auto_delete();
                 break;
             }
@@ -120,10 +148,35 @@ enum State {
     AutoDeleted,
 }
 
+/// A message as the queue holds it: in memory, on disk, or both.
+#[derive(Debug, Clone)]
+struct Stored {
+    message: Option<Arc<Message>>,
+    location: Option<Location>,
+}
+
 struct Ready {
     seq: u64,
-    message: Arc<Message>,
+    stored: Stored,
     redelivered: bool,
+}
+
+/// The queue's side of the message store.
+struct Persist {
+    store: Store,
+    /// The store's identity of this queue.
+    id: u64,
+    /// Persistent messages are written and survive restarts (durable, non-exclusive queue).
+    durable: bool,
+    memory_budget: usize,
+    /// Records of this turn, written by `flush_store`.
+    batch: RecordBatch,
+    /// Sequence numbers of the enqueue records in `batch`, in order.
+    enqueued: Vec<u64>,
+    acks: Vec<u64>,
+    locations: Vec<Location>,
+    /// Highest sequence number a `delivered` record covers.
+    delivered_written: u64,
 }
 
 /// The queue's state machine: commands in, deliveries out through consumers' outboxes.
@@ -133,7 +186,12 @@ pub struct ClassicQueue {
     next_seq: u64,
     ready: VecDeque<Ready>,
     returned: BTreeMap<u64, Ready>,
-    unacked: FxHashMap<u64, Arc<Message>>,
+    unacked: FxHashMap<u64, Stored>,
+    persist: Option<Persist>,
+    /// Bytes of the messages in `ready` held in memory.
+    ready_memory: usize,
+    /// Highest sequence number of a stored message handed out in this dispatch pass.
+    delivered_max: u64,
     consumers: VecDeque<Consumer>,
     had_consumers: bool,
     /// Publishes are not being taken (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
@@ -152,6 +210,9 @@ impl ClassicQueue {
             ready: VecDeque::new(),
             returned: BTreeMap::new(),
             unacked: FxHashMap::default(),
+            persist: None,
+            ready_memory: 0,
+            delivered_max: 0,
             consumers: VecDeque::new(),
             had_consumers: false,
             flow: false,
@@ -160,12 +221,48 @@ impl ClassicQueue {
         }
     }
 
+    /// Connects the queue to the message store and takes what it had on disk.
+    fn attach_store(&mut self, storage: Storage, recovered: Option<RecoveredQueue>) {
+        let def = self.handle.def();
+        // `x-queue-mode=lazy`: keep no message bodies in memory beyond what is delivered.
+        let lazy = def.arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
+        self.persist = Some(Persist {
+            store: storage.store,
+            id: warren_store::queue_id(&def.vhost, &def.name),
+            durable: def.durable && def.exclusive_owner.is_none(),
+            memory_budget: if lazy { 0 } else { storage.memory_budget },
+            batch: RecordBatch::new(),
+            enqueued: Vec::new(),
+            acks: Vec::new(),
+            locations: Vec::new(),
+            delivered_written: 0,
+        });
+        let Some(recovered) = recovered else {
+            return;
+        };
+        self.next_seq = self.next_seq.max(recovered.next_seq);
+        self.ready
+            .extend(recovered.messages.into_iter().map(|m| Ready {
+                seq: m.seq,
+                stored: Stored {
+                    message: None,
+                    location: Some(m.location),
+                },
+                redelivered: m.redelivered,
+            }));
+        tracing::info!(
+            "{}: recovered {} messages from the message store",
+            self.handle.def().resource(),
+            self.ready.len()
+        );
+    }
+
     pub fn handle(&mut self, cmd: QueueCmd) {
         if self.state != State::Running {
             return; // deleted mid-batch: later commands see a closed queue
         }
         match cmd {
-            QueueCmd::Publish(messages) => self.publish(messages),
+            QueueCmd::Publish { messages, confirm } => self.publish(messages, confirm),
             QueueCmd::Consume { consumer, reply } => {
                 let _ = reply.send(self.consume(consumer));
             }
@@ -182,10 +279,16 @@ impl ClassicQueue {
                 no_ack,
                 reply,
             } => {
-                let _ = reply.send(self.get(channel, no_ack));
+                self.flush_store();
+                let got = self.get(channel, no_ack);
+                self.flush_store(); // the delivered mark goes out before the message
+                let _ = reply.send(got);
             }
             QueueCmd::Purge { reply } => {
-                let _ = reply.send(self.purge());
+                self.flush_store();
+                let purged = self.purge();
+                self.flush_store();
+                let _ = reply.send(purged);
             }
             QueueCmd::Delete {
                 if_unused,
@@ -231,16 +334,142 @@ impl ClassicQueue {
         }
     }
 
-    fn publish(&mut self, messages: Vec<Arc<Message>>) {
+    fn publish(&mut self, messages: Vec<Arc<Message>>, confirm: Option<ConfirmTicket>) {
         self.ready.reserve(messages.len());
+        let mut written = false;
         for message in messages {
             let seq = self.next_seq;
             self.next_seq += 1;
+            let mut stored = Stored {
+                message: Some(message),
+                location: None,
+            };
+            if let Some(persist) = self.persist.as_mut() {
+                let message = stored.message.as_ref().expect("just set");
+                let durable = persist.durable && message.persistent;
+                let over_budget = self.ready_memory + message.size_bytes() > persist.memory_budget;
+                if durable || over_budget {
+                    let flags = if durable { FLAG_DURABLE } else { 0 };
+                    persist
+                        .batch
+                        .enqueue(persist.id, seq, flags, |out| message.encode_stored(out));
+                    persist.enqueued.push(seq);
+                    written |= durable;
+                    if over_budget {
+                        stored.message = None; // paged out: read back when delivered
+                    }
+                }
+            }
+            self.ready_memory += resident_bytes(&stored);
             self.ready.push_back(Ready {
                 seq,
-                message,
+                stored,
                 redelivered: false,
             });
+        }
+        if let (true, Some(ticket), Some(persist)) = (written, confirm, self.persist.as_mut()) {
+            // The confirm waits for the fsync of these records.
+            persist.batch.on_durable(Box::new(move |ok| {
+                if !ok {
+                    ticket.fail();
+                }
+            }));
+        }
+    }
+
+    /// Writes the records of this turn and notes where the enqueued messages went.
+    pub fn flush_store(&mut self) {
+        let Some(persist) = self.persist.as_mut() else {
+            return;
+        };
+        if !persist.acks.is_empty() {
+            persist.batch.ack(persist.id, &mut persist.acks);
+            persist.acks.clear();
+        }
+        if persist.batch.is_empty() {
+            return;
+        }
+        let result = persist
+            .store
+            .append(&mut persist.batch, &mut persist.locations);
+        if let Err(error) = result {
+            tracing::error!(
+                "{}: message store write failed: {error}",
+                self.handle.def().resource()
+            );
+            persist.enqueued.clear();
+            return;
+        }
+        for (seq, location) in persist.enqueued.drain(..).zip(persist.locations.drain(..)) {
+            if let Ok(at) = self.ready.binary_search_by_key(&seq, |r| r.seq) {
+                self.ready[at].stored.location = Some(location);
+            }
+        }
+    }
+
+    /// Marks a stored message as done with on disk (acked, dropped, purged).
+    fn forget(&mut self, seq: u64, stored: &Stored) {
+        if let (Some(persist), Some(location)) = (self.persist.as_mut(), stored.location) {
+            if persist.durable {
+                persist.acks.push(seq); // a paged-out transient message needs no ack record
+            }
+            persist.batch.forget(location);
+        }
+    }
+
+    /// The queue is gone for good: its records are void.
+    fn erase_from_store(&mut self) {
+        let Some(persist) = self.persist.as_mut() else {
+            return;
+        };
+        persist.acks.clear();
+        persist.batch.queue_deleted(persist.id);
+        let stored = self
+            .ready
+            .iter()
+            .map(|r| &r.stored)
+            .chain(self.returned.values().map(|r| &r.stored))
+            .chain(self.unacked.values());
+        for location in stored.filter_map(|s| s.location) {
+            persist.batch.forget(location);
+        }
+        self.flush_store();
+    }
+
+    /// The message of a ready entry, read back from the store when it was paged out. `None`
+    /// when the stored copy is unreadable (logged; the message is dropped).
+    fn load(&mut self, ready: &mut Ready) -> Option<Arc<Message>> {
+        if let Some(message) = &ready.stored.message {
+            return Some(message.clone());
+        }
+        let persist = self.persist.as_ref()?;
+        let location = ready.stored.location?;
+        let durable = persist.durable;
+        match persist.store.read(location) {
+            Ok(bytes) => {
+                let message = Message::decode_stored(bytes, durable).map(Arc::new);
+                if message.is_none() {
+                    tracing::error!(
+                        "{}: stored message {} is not a message; dropped",
+                        self.handle.def().resource(),
+                        ready.seq
+                    );
+                    let stored = ready.stored.clone();
+                    self.forget(ready.seq, &stored);
+                }
+                ready.stored.message = message.clone();
+                message
+            }
+            Err(error) => {
+                tracing::error!(
+                    "{}: cannot read stored message {}: {error}; dropped",
+                    self.handle.def().resource(),
+                    ready.seq
+                );
+                let stored = ready.stored.clone();
+                self.forget(ready.seq, &stored);
+                None
+            }
         }
     }
 
@@ -279,7 +508,7 @@ impl ClassicQueue {
 
     fn settle(&mut self, op: SettleOp, seqs: &[u64]) {
         for &seq in seqs {
-            let Some(message) = self.unacked.remove(&seq) else {
+            let Some(stored) = self.unacked.remove(&seq) else {
                 continue; // already settled (channel closed twice, queue purged)
             };
             if op == SettleOp::Requeue {
@@ -287,27 +516,63 @@ impl ClassicQueue {
                     seq,
                     Ready {
                         seq,
-                        message,
+                        stored,
                         redelivered: true,
                     },
                 );
                 debug_assert!(previous.is_none(), "a sequence number is requeued once");
+            } else {
+                self.forget(seq, &stored);
             }
         }
     }
 
-    fn next_ready(&mut self) -> Option<Ready> {
-        if let Some((_, ready)) = self.returned.pop_first() {
-            return Some(ready);
+    /// The next message to deliver, loaded into memory, with its message.
+    fn next_ready(&mut self) -> Option<(Ready, Arc<Message>)> {
+        loop {
+            let mut ready = match self.returned.pop_first() {
+                Some((_, ready)) => ready,
+                None => {
+                    let ready = self.ready.pop_front()?;
+                    self.ready_memory -= resident_bytes(&ready.stored);
+                    ready
+                }
+            };
+            if let Some(message) = self.load(&mut ready) {
+                return Some((ready, message));
+            }
         }
-        self.ready.pop_front()
+    }
+
+    /// Takes a message out for a consumer: it becomes unacked, or is done with when the
+    /// consumer does not ack (no-ack).
+    fn hand_out(&mut self, ready: &Ready, no_ack: bool) {
+        if ready.stored.location.is_some() {
+            self.delivered_max = self.delivered_max.max(ready.seq);
+        }
+        if no_ack {
+            self.forget(ready.seq, &ready.stored);
+        } else {
+            self.unacked.insert(ready.seq, ready.stored.clone());
+        }
+    }
+
+    /// Writes the `delivered` mark for what this pass handed out (before it leaves the queue).
+    fn mark_delivered(&mut self) {
+        let Some(persist) = self.persist.as_mut() else {
+            return;
+        };
+        if persist.durable && self.delivered_max > persist.delivered_written {
+            persist.batch.delivered(persist.id, self.delivered_max);
+            persist.delivered_written = self.delivered_max;
+        }
+        self.flush_store();
     }
 
     fn get(&mut self, channel: u16, no_ack: bool) -> Option<GetOk> {
-        let ready = self.next_ready()?;
-        if !no_ack {
-            self.unacked.insert(ready.seq, ready.message.clone());
-        }
+        let (ready, message) = self.next_ready()?;
+        self.hand_out(&ready, no_ack);
+        self.mark_delivered();
         let remaining = u32::try_from(self.ready_count()).unwrap_or(u32::MAX);
         Some(GetOk {
             delivery: Delivery {
@@ -316,7 +581,7 @@ impl ClassicQueue {
                 consumer_tag: Arc::from(""),
                 queue: self.handle.clone(),
                 seq: ready.seq,
-                message: ready.message,
+                message,
                 redelivered: ready.redelivered,
             },
             remaining,
@@ -325,8 +590,12 @@ impl ClassicQueue {
 
     fn purge(&mut self) -> u32 {
         let count = u32::try_from(self.ready_count()).unwrap_or(u32::MAX);
-        self.ready.clear();
-        self.returned.clear();
+        let ready = std::mem::take(&mut self.ready);
+        let returned = std::mem::take(&mut self.returned);
+        for r in ready.iter().chain(returned.values()) {
+            self.forget(r.seq, &r.stored);
+        }
+        self.ready_memory = 0;
         count
     }
 
@@ -378,6 +647,7 @@ impl ClassicQueue {
                 }
             }
         }
+        self.mark_delivered();
         self.flush_staged();
         if self.ready_count() < before {
             self.last_dispatch = Instant::now();
@@ -405,21 +675,20 @@ impl ClassicQueue {
             if credit == 0 {
                 return;
             }
-            let Some(ready) = self.next_ready() else {
+            let Some((ready, message)) = self.next_ready() else {
                 return;
             };
+            let no_ack = self.consumers[index].no_ack;
+            self.hand_out(&ready, no_ack);
             let consumer = &mut self.consumers[index];
             consumer.credit -= 1;
-            if !consumer.no_ack {
-                self.unacked.insert(ready.seq, ready.message.clone());
-            }
             let event = Event::Deliver(Delivery {
                 channel: consumer.channel,
                 consumer: consumer.id,
                 consumer_tag: consumer.tag.clone(),
                 queue: self.handle.clone(),
                 seq: ready.seq,
-                message: ready.message,
+                message,
                 redelivered: ready.redelivered,
             });
             let outbox = consumer.outbox.clone();
@@ -433,6 +702,11 @@ impl ClassicQueue {
             outbox.push_batch(&mut events);
         }
     }
+}
+
+/// Bytes a stored message occupies in memory.
+fn resident_bytes(stored: &Stored) -> usize {
+    stored.message.as_ref().map_or(0, |m| m.size_bytes())
 }
 
 fn stage(staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>, outbox: Arc<Outbox>, event: Event) {

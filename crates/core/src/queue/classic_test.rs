@@ -70,15 +70,16 @@ fn delivered(outbox: &Outbox) -> Vec<(u64, String, bool, u64)> {
                 d.redelivered,
                 d.seq,
             )),
-            Event::ConsumerCancelled { .. } => None,
+            Event::ConsumerCancelled { .. } | Event::Confirmed { .. } => None,
         })
         .collect()
 }
 
 fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
-    queue.handle(QueueCmd::Publish(
-        bodies.iter().map(|b| message(b)).collect(),
-    ));
+    queue.handle(QueueCmd::Publish {
+        messages: bodies.iter().map(|b| message(b)).collect(),
+        confirm: None,
+    });
 }
 
 #[test]

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::consumer::{ConnectionId, Consumer, ConsumerId, Delivery};
+use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery};
 use crate::error::{resource_name, BrokerError};
 use crate::message::Message;
 use crate::value::Table;
@@ -70,7 +70,12 @@ pub struct GetOk {
 /// Requests a queue task handles, in mailbox order.
 #[derive(Debug)]
 pub enum QueueCmd {
-    Publish(Vec<Arc<Message>>),
+    /// Messages to enqueue; the ticket is held until they are safe under the queue's
+    /// durability contract (see `ConfirmTicket`).
+    Publish {
+        messages: Vec<Arc<Message>>,
+        confirm: Option<ConfirmTicket>,
+    },
     Consume {
         consumer: Consumer,
         reply: oneshot::Sender<Result<(), BrokerError>>,

@@ -42,7 +42,7 @@ impl VHost {
             arguments: req.arguments,
         };
         let persistent = def.durable && def.exclusive_owner.is_none();
-        let handle = self.spawn_queue(def);
+        let handle = self.spawn_queue(def, None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         if persistent {
@@ -66,7 +66,7 @@ impl VHost {
             arguments: Table::new(),
         };
         let mut meta = self.meta.lock();
-        let handle = self.spawn_queue(def);
+        let handle = self.spawn_queue(def, None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         Ok(handle)
@@ -133,6 +133,11 @@ impl VHost {
     }
 
     /// Exclusive queues of a closing connection.
+    /// Every queue of the vhost.
+    pub fn queue_handles(&self) -> Vec<QueueHandle> {
+        self.meta.lock().queues.values().cloned().collect()
+    }
+
     pub fn exclusive_queues_of(&self, connection: ConnectionId) -> Vec<QueueHandle> {
         self.meta
             .lock()

@@ -50,10 +50,22 @@ pub struct Channel {
     pub reply_queue: Option<QueueHandle>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 pub struct Confirms {
     pub published: u64,
+    /// The last sequence number acked or nacked.
     pub acked: u64,
+    /// Confirms waiting for their publishes to be safe, oldest first: sent in this order.
+    pub waiting: VecDeque<WaitingConfirm>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WaitingConfirm {
+    /// Publishes up to this sequence number.
+    pub up_to: u64,
+    /// The confirm ticket they wait for; `None` once it came back.
+    pub ticket: Option<u64>,
+    pub ok: bool,
 }
 
 impl Connection {

@@ -284,7 +284,21 @@ impl Connection {
                 Cause::default(),
             )),
             Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
-            Frame::Method { channel, method } => self.on_channel_frame(channel, method).await,
+            Frame::Method { channel, method } => {
+                if !matches!(
+                    method,
+                    Method::BasicPublish(_)
+                        | Method::BasicAck(_)
+                        | Method::BasicNack(_)
+                        | Method::BasicReject(_)
+                ) {
+                    // Anything else sees the effects of the publishes and settlements before
+                    // it, as the client sent them (a passive declare counts them; its reply
+                    // tells the client its acks reached the queues).
+                    self.flush_pending().await;
+                }
+                self.on_channel_frame(channel, method).await
+            }
             Frame::Header { channel, header } => self.on_header(channel, header),
             Frame::Body { channel, payload } => self.on_body(channel, payload),
         }

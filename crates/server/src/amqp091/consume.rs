@@ -447,6 +447,7 @@ impl Connection {
     pub(super) fn on_event(&mut self, event: Event) {
         match event {
             Event::Deliver(delivery) => self.deliver(delivery),
+            Event::Confirmed { ticket, ok } => self.on_confirmed(ticket, ok),
             Event::ConsumerCancelled {
                 channel: id,
                 consumer,

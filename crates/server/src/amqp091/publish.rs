@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
+use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::value::Table;
 use warren_proto::amqp091::{
-    self as wire, reply_code, BasicAck, BasicProperties, BasicPublish, BasicReturn, ContentHeader,
-    Method,
+    self as wire, reply_code, BasicAck, BasicNack, BasicProperties, BasicPublish, BasicReturn,
+    ContentHeader, Method,
 };
 
-use super::channel::Unacked;
+use super::channel::{Unacked, WaitingConfirm};
 use super::connection::Connection;
 use super::convert::table_to_core;
 use super::fault::{Cause, Fault};
@@ -47,6 +48,8 @@ pub struct Pending {
     publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
     settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
     confirm_channels: Vec<u16>,
+    /// Identifies the next confirm ticket of this connection.
+    next_ticket: u64,
 }
 
 impl Pending {
@@ -311,14 +314,27 @@ impl Connection {
 
     /// Hands collected publishes and settlements to their queues, then confirms.
     ///
-    /// Durability event for confirms: the message is in every target queue's mailbox, which
-    /// the queue processes in order, in memory. (Persistent messages to durable queues will
-    /// wait for the message store's fsync once it exists.)
+    /// A publish is confirmed once every target queue has it under its durability contract:
+    /// in its mailbox (processed in order, in memory), or, for a persistent message to a
+    /// durable queue, written and fsynced by the message store. The latter hold a confirm
+    /// ticket that comes back through the outbox (`on_confirmed`); confirms go out in order.
     pub(super) async fn flush_pending(&mut self) {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
+        let durable = publishes
+            .values()
+            .any(|(queue, batch)| stores_durably(queue) && batch.iter().any(|m| m.persistent));
+        let ticket = durable.then(|| {
+            self.pending.next_ticket += 1;
+            ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone())
+        });
         for (_, (queue, batch)) in publishes.drain() {
-            self.send_publishes(&queue, batch).await;
+            let confirm = ticket
+                .as_ref()
+                .filter(|_| stores_durably(&queue) && batch.iter().any(|m| m.persistent))
+                .cloned();
+            self.send_publishes(&queue, batch, confirm).await;
         }
+        drop(ticket); // the queues hold the rest of it
         self.pending.publishes = publishes;
         let mut settles = std::mem::take(&mut self.pending.settles);
         for ((_, op), (queue, seqs)) in settles.drain() {
@@ -326,34 +342,95 @@ impl Connection {
         }
         self.pending.settles = settles;
         let confirm_channels = std::mem::take(&mut self.pending.confirm_channels);
+        let ticket = durable.then_some(self.pending.next_ticket);
         for id in &confirm_channels {
             let Some(confirm) = self.channels.get_mut(id).and_then(|c| c.confirm.as_mut()) else {
                 continue;
             };
-            if confirm.published > confirm.acked {
-                let ack = BasicAck {
-                    delivery_tag: confirm.published,
-                    multiple: confirm.published - confirm.acked > 1,
-                };
-                confirm.acked = confirm.published;
-                self.out.method(*id, &Method::BasicAck(ack));
+            if confirm.published > confirm.waiting.back().map_or(confirm.acked, |w| w.up_to) {
+                confirm.waiting.push_back(WaitingConfirm {
+                    up_to: confirm.published,
+                    ticket,
+                    ok: true,
+                });
             }
+            self.send_confirms(*id);
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
     }
 
+    /// A confirm ticket came back: its publishes are safe (`ok`) or lost (nack).
+    pub(super) fn on_confirmed(&mut self, ticket: u64, ok: bool) {
+        let ids: Vec<u16> = self
+            .channels
+            .iter_mut()
+            .filter_map(|(id, channel)| {
+                let confirm = channel.confirm.as_mut()?;
+                let mut hit = false;
+                for waiting in confirm
+                    .waiting
+                    .iter_mut()
+                    .filter(|w| w.ticket == Some(ticket))
+                {
+                    waiting.ticket = None;
+                    waiting.ok = ok;
+                    hit = true;
+                }
+                hit.then_some(*id)
+            })
+            .collect();
+        for id in ids {
+            self.send_confirms(id);
+        }
+    }
+
+    /// Sends the confirms at the head of the channel's queue that no ticket holds back,
+    /// coalesced into `multiple` acks and nacks.
+    fn send_confirms(&mut self, id: u16) {
+        let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
+            return;
+        };
+        let mut methods = Vec::new();
+        let mut ack_up_to = None;
+        while let Some(waiting) = confirm.waiting.front().copied() {
+            if waiting.ticket.is_some() {
+                break;
+            }
+            confirm.waiting.pop_front();
+            if waiting.ok {
+                ack_up_to = Some(waiting.up_to);
+                continue;
+            }
+            if let Some(up_to) = ack_up_to.take() {
+                methods.push(confirm_method(confirm, up_to, true));
+            }
+            methods.push(confirm_method(confirm, waiting.up_to, false));
+        }
+        if let Some(up_to) = ack_up_to {
+            methods.push(confirm_method(confirm, up_to, true));
+        }
+        for method in methods {
+            self.out.method(id, &method);
+        }
+    }
+
     /// Hands a batch to a queue, serving this connection's consumers while the queue's
     /// mailbox is full: a connection that publishes to and consumes from the same busy queue
     /// must keep taking its deliveries, or neither side would move.
-    async fn send_publishes(&mut self, queue: &QueueHandle, batch: Vec<Arc<Message>>) {
+    async fn send_publishes(
+        &mut self,
+        queue: &QueueHandle,
+        batch: Vec<Arc<Message>>,
+        confirm: Option<ConfirmTicket>,
+    ) {
         let outbox = self.outbox.clone();
         loop {
             tokio::select! {
                 permit = queue.reserve_data() => {
                     // A queue deleted meanwhile drops the batch: the route was taken before.
                     if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish(batch));
+                        permit.send(QueueCmd::Publish { messages: batch, confirm });
                     }
                     return;
                 }
@@ -415,6 +492,30 @@ impl Connection {
                 .partition_point(|u| u.delivery_tag < unacked.delivery_tag);
             channel.unacked.insert(at, unacked);
         }
+    }
+}
+
+/// Whether the queue writes persistent messages to the store before confirming them.
+fn stores_durably(queue: &QueueHandle) -> bool {
+    let def = queue.def();
+    def.durable && def.exclusive_owner.is_none()
+}
+
+/// basic.ack or basic.nack of every publish up to `up_to` not yet confirmed.
+fn confirm_method(confirm: &mut super::channel::Confirms, up_to: u64, ack: bool) -> Method {
+    let multiple = up_to - confirm.acked > 1;
+    confirm.acked = up_to;
+    if ack {
+        Method::BasicAck(BasicAck {
+            delivery_tag: up_to,
+            multiple,
+        })
+    } else {
+        Method::BasicNack(BasicNack {
+            delivery_tag: up_to,
+            multiple,
+            requeue: false,
+        })
     }
 }
 
