@@ -9,7 +9,8 @@
 //!    unless a consumer acked it;
 //! 2. a message whose ack was followed by an answered synchronous method on the same channel
 //!    (a passive queue.declare, the "fence") never comes back;
-//! 3. a confirmed message that was delivered and not acked comes back with `redelivered = true`;
+//! 3. a confirmed message that was delivered and not acked comes back, and every message that
+//!    comes back after having been delivered carries `redelivered = true`;
 //! 4. per queue, each publisher's messages stay in publish order (requeues go back in place);
 //! 5. nothing comes back that was never published, and nothing comes back twice.
 //!
