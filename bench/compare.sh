@@ -2,61 +2,88 @@
 # Runs one PerfTest workload against a private RabbitMQ node and then against Warren,
 # and compares throughput, latency and CPU cost per message. See bench/README.md.
 #
+#   bench/compare.sh [--only rabbitmq|warren] --workload NAME [--seconds N]
 #   bench/compare.sh [--only rabbitmq|warren] [PERFTEST_ARGS...]
 #
-# PERFTEST_ARGS default to `-x 1 -y 1 -s 12 -a -z 30` and must contain -z/--time.
-# Each broker runs alone: RabbitMQ is started, measured and stopped before Warren starts.
-#
-# RabbitMQ comes from Debian's rabbitmq-server package (installed when missing). Its node
-# gets its own name, ports, config, mnesia and log directories under a temporary
-# directory, and runs as the invoking user, so a node already running on this machine is
-# not touched. Warren is target/release/warren (or WARREN_BROKER_BIN), built when missing;
-# a Warren that cannot be built or started is reported as not measured.
+# --workload runs one of the standard workloads of bench/README.md (a, b, w1, w1x10) for
+# --seconds (default 30). Otherwise PERFTEST_ARGS go to PerfTest unchanged; they default to
+# workload a and must contain -z/--time. Each broker runs alone: RabbitMQ is started,
+# measured and stopped before Warren starts. bench/brokers.sh starts and stops them:
+# RabbitMQ from Debian's rabbitmq-server package (installed when missing) as a private
+# node; Warren from WARREN_BROKER_BIN, else the release build in CARGO_TARGET_DIR or
+# target/, built when missing. A broker that cannot be started is reported as not measured.
 #
 # Per broker this prints PerfTest's sending and receiving averages and consumer latency
 # percentiles, the broker's CPU (utime + stime from /proc/<pid>/stat, before and after;
 # for RabbitMQ the beam.smp process) per message received, and PerfTest's own CPU share
 # (its CPU seconds over its wall seconds). Messages received are PerfTest's receiving
 # average times the -z duration. It also prints how many cores the rest of the machine kept
-# busy meanwhile. Exits non-zero when a requested broker was not measured.
-set -uo pipefail
+# busy meanwhile. When PerfTest declares durable queues (--flag persistent) with names
+# given (-u, or --queue-pattern with its range), it checks after the run that each of them
+# is durable on the broker. For Warren it prints the medians of the message store's
+# figures that the broker logged at INFO during the run ("message store: F fsyncs/s, M
+# messages per fsync, W MiB/s written"). PerfTest's output and the brokers' logs are kept in
+# WARREN_BENCH_LOG_DIR (default /tmp/warren-bench-logs/<time>). Exits non-zero when a
+# requested broker was not measured or a queue meant to be durable was not.
+set -euo pipefail
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || exit 1
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly REPO_ROOT
+# shellcheck source=bench/brokers.sh
+source "$REPO_ROOT/bench/brokers.sh"
 readonly DEFAULT_ARGS=(-x 1 -y 1 -s 12 -a -z 30)
-readonly BROKER_READY_TIMEOUT_S=60
-readonly BROKER_STOP_TIMEOUT_S=30
+readonly DEFAULT_WORKLOAD_SECONDS=30
 readonly JAVA_HEAP="${PERFTEST_JAVA_HEAP:--Xmx1g}"
 CLOCK_TICKS_PER_S="$(getconf CLK_TCK)"
 readonly CLOCK_TICKS_PER_S
+LOG_DIR="${WARREN_BENCH_LOG_DIR:-/tmp/warren-bench-logs/$(date +%Y%m%d-%H%M%S)}"
+readonly LOG_DIR
 
 work_dir=""
-rabbit_pid=""      # the rabbitmq-server script, which stops the node on SIGTERM
-rabbit_beam_pid="" # the Erlang VM doing the work, whose CPU is measured
-rabbit_node=""
-rabbit_env=()
-warren_pid=""
 declare -A results=()
 
 main() {
-  local only=""
-  if [[ "${1:-}" == "--only" ]]; then
-    only="${2:-}"
-    shift 2 || usage
-    [[ "$only" == rabbitmq || "$only" == warren ]] || usage
-  fi
+  local only="" workload="" seconds=""
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --only)
+        only="${2:-}"
+        [[ "$only" == rabbitmq || "$only" == warren ]] || usage "--only needs rabbitmq or warren"
+        shift 2 ;;
+      --workload)
+        workload="${2:-}"
+        [[ -n "$workload" ]] || usage "--workload needs a name"
+        shift 2 ;;
+      --seconds)
+        seconds="${2:-}"
+        [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || usage "--seconds needs a whole number above 0"
+        shift 2 ;;
+      -h|--help) usage ;;
+      *) break ;;
+    esac
+  done
   local args=("$@")
-  if [[ ${#args[@]} -eq 0 ]]; then
+  if [[ -n "$workload" ]]; then
+    [[ ${#args[@]} -eq 0 ]] || usage "--workload takes no PerfTest arguments (got: ${args[*]})"
+    local workload_args
+    workload_args="$(workload_args "$workload")" \
+      || usage "no workload named '$workload' (a, b, w1, w1x10)"
+    read -ra args <<<"$workload_args"
+    args+=(-z "${seconds:-$DEFAULT_WORKLOAD_SECONDS}")
+  elif [[ -n "$seconds" ]]; then
+    usage "--seconds goes with --workload; give PerfTest -z SECONDS instead"
+  elif [[ ${#args[@]} -eq 0 ]]; then
     args=("${DEFAULT_ARGS[@]}")
   fi
   local duration_s
-  duration_s="$(duration_of "${args[@]}")" || usage
+  duration_s="$(duration_of "${args[@]}")" || usage "PerfTest arguments need -z SECONDS"
   trap cleanup EXIT
   trap 'exit 130' INT TERM
   work_dir="$(mktemp -d -t warren-bench.XXXXXX)"
+  mkdir -p "$LOG_DIR"
   local jars
-  jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)" || exit 1
-  echo "bench: PerfTest args: ${args[*]}"
+  jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)"
+  echo "bench: ${workload:+workload $workload, }PerfTest args: ${args[*]}"
   local status=0
   if [[ "$only" != warren ]]; then
     bench_rabbitmq "$jars" "$duration_s" "${args[@]}" || status=1
@@ -65,12 +92,38 @@ main() {
     bench_warren "$jars" "$duration_s" "${args[@]}" || status=1
   fi
   print_ratios
+  echo "bench: PerfTest output and the brokers' logs kept in $LOG_DIR"
   return "$status"
 }
 
 usage() {
-  echo "usage: $0 [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]" >&2
+  [[ $# -eq 0 ]] || echo "bench: $1" >&2
+  cat >&2 <<EOF
+usage: $0 [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
+       $0 [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]
+Standard workloads (bench/README.md), $DEFAULT_WORKLOAD_SECONDS s unless --seconds:
+  a      autoack, 1 producer 1 consumer, 12-byte bodies
+  b      confirms 192, prefetch 200, multi-ack every 200
+  w1     b with persistent messages, mandatory, one durable queue perf-test-1
+  w1x10  w1 with 10 producers and 10 consumers on durable queues perf-test-1..10
+Environment: WARREN_BROKER_BIN (broker binary), CARGO_TARGET_DIR, WARREN_BENCH_LOG_DIR,
+PERFTEST_JAVA_HEAP, WARREN_BENCH_RUST_LOG (Warren's log filter, default info).
+EOF
   exit 2
+}
+
+# workload_args NAME: the PerfTest arguments of a standard workload, without -z.
+workload_args() {
+  local confirms="--confirm 192 --qos 200 --multi-ack-every 200"
+  local durable="--flag persistent --flag mandatory --auto-delete false"
+  case "$1" in
+    a) echo "-x 1 -y 1 -s 12 -a" ;;
+    b) echo "-x 1 -y 1 -s 12 $confirms" ;;
+    w1) echo "-x 1 -y 1 -u perf-test-1 -s 12 $durable $confirms" ;;
+    w1x10) echo "-x 10 -y 10 --queue-pattern perf-test-%d --queue-pattern-from 1" \
+      "--queue-pattern-to 10 -s 12 $durable $confirms" ;;
+    *) return 1 ;;
+  esac
 }
 
 # duration_of ARGS...: the value of -z/--time; fails when absent, so every run is bounded.
@@ -82,8 +135,34 @@ duration_of() {
     fi
     shift
   done
-  echo "bench: PerfTest args need -z SECONDS (or --time SECONDS)" >&2
   return 1
+}
+
+# durable_queues_expected ARGS...: the queue names PerfTest declares durable, one a line:
+# none unless --flag persistent is given (PerfTest declares queues durable exactly then) and
+# the names are known (-u NAME, or --queue-pattern with --queue-pattern-from/-to).
+durable_queues_expected() {
+  local persistent=0 queue="" pattern="" from="" to=""
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      -f|--flag) [[ "${2:-}" != persistent ]] || persistent=1; shift ;;
+      -u|--queue) queue="${2:-}"; shift ;;
+      -qp|--queue-pattern) pattern="${2:-}"; shift ;;
+      -qpf|--queue-pattern-from) from="${2:-}"; shift ;;
+      -qpt|--queue-pattern-to) to="${2:-}"; shift ;;
+    esac
+    shift
+  done
+  [[ $persistent -eq 1 ]] || return 0
+  if [[ -n "$pattern" && "$from" =~ ^[0-9]+$ && "$to" =~ ^[0-9]+$ ]]; then
+    local i
+    for ((i = from; i <= to; i++)); do
+      # shellcheck disable=SC2059 # the pattern is PerfTest's, with %d for the number
+      printf "$pattern\n" "$i"
+    done
+  elif [[ -n "$queue" ]]; then
+    echo "$queue"
+  fi
 }
 
 bench_rabbitmq() {
@@ -95,9 +174,11 @@ bench_rabbitmq() {
     echo "rabbitmq: NOT MEASURED (could not start a node; see above)"
     return 1
   fi
+  local status=0
   measure rabbitmq "$rabbit_beam_pid" "$jars" "$duration_s" \
-    "amqp://guest:guest@127.0.0.1:$rabbit_port/%2f" "$@"
-  local status=$?
+    "amqp://guest:guest@127.0.0.1:$rabbit_port/%2f" "$@" || status=$?
+  check_durable rabbitmq "$@" || status=1
+  cp -r "$work_dir/rabbitmq/log" "$LOG_DIR/rabbitmq-log" 2>/dev/null || true
   stop_rabbitmq
   return "$status"
 }
@@ -108,13 +189,16 @@ bench_warren() {
   echo
   echo "== warren"
   if ! start_warren; then
-    echo "warren: NOT MEASURED (could not build or start target/release/warren; see above)"
+    echo "warren: NOT MEASURED (could not build or start $(warren_binary); see above)"
     return 1
   fi
+  local status=0
   measure warren "$warren_pid" "$jars" "$duration_s" \
-    "amqp://guest:guest@127.0.0.1:$warren_port/%2f" "$@"
-  local status=$?
+    "amqp://guest:guest@127.0.0.1:$warren_port/%2f" "$@" || status=$?
+  check_durable warren "$@" || status=1
   stop_warren
+  cp "$warren_log" "$LOG_DIR/warren.log"
+  report_store_figures "$LOG_DIR/warren.log"
   return "$status"
 }
 
@@ -122,7 +206,7 @@ bench_warren() {
 measure() {
   local name="$1" broker_pid="$2" jars="$3" duration_s="$4" uri="$5"
   shift 5
-  local log="$work_dir/perftest-$name.log" times="$work_dir/perftest-$name.time"
+  local log="$LOG_DIR/perftest-$name.log" times="$work_dir/perftest-$name.time"
   local ticks_before ticks_after
   ticks_before="$(cpu_ticks "$broker_pid")" || return 1
   local machine_before machine_after
@@ -134,7 +218,7 @@ measure() {
   machine_after="$(machine_busy_ticks)"
   ticks_after="$(cpu_ticks "$broker_pid")" || {
     echo "$name: broker process $broker_pid died during the run"
-    tail -n 20 "$log"
+    tail -n 20 "$log" || true
     return 1
   }
   local sent received latency
@@ -144,7 +228,7 @@ measure() {
     "$log" | tail -n 1)"
   if [[ $status -ne 0 || -z "$sent" || -z "$received" ]]; then
     echo "$name: PerfTest failed (status $status) or printed no summary; its output:"
-    tail -n 30 "$log"
+    tail -n 30 "$log" || true
     return 1
   fi
   report "$name" "$sent" "$received" "$latency" "$duration_s" \
@@ -193,6 +277,7 @@ report() {
   results[$name.per_msg_us]="$per_msg_us"
   local p=()
   IFS=/ read -ra p <<<"$latency"
+  results[$name.p99_us]="${p[4]:-}"
   echo "$name: sending rate avg:   $sent msg/s"
   echo "$name: receiving rate avg: $received msg/s"
   echo "$name: consumer latency:   min ${p[0]:-?} median ${p[1]:-?} p75 ${p[2]:-?}" \
@@ -210,152 +295,79 @@ print_ratios() {
     return 0
   fi
   awk -v wr="${results[warren.received]}" -v rr="${results[rabbitmq.received]}" \
-    -v wc="${results[warren.per_msg_us]}" -v rc="${results[rabbitmq.per_msg_us]}" 'BEGIN {
+    -v wc="${results[warren.per_msg_us]}" -v rc="${results[rabbitmq.per_msg_us]}" \
+    -v wl="${results[warren.p99_us]}" -v rl="${results[rabbitmq.p99_us]}" 'BEGIN {
       rate = rr > 0 ? sprintf("%.2f", wr / rr) : "n/a"
       cpu = rc > 0 ? sprintf("%.2f", wc / rc) : "n/a"
-      printf "ratio warren/rabbitmq: receive rate %s, CPU per message %s\n", rate, cpu
+      p99 = (wl != "" && rl > 0) ? sprintf("%.2f", wl / rl) : "n/a"
+      printf "ratio warren/rabbitmq: receive rate %s, CPU per message %s, " \
+        "consumer latency p99 %s\n", rate, cpu, p99
     }'
 }
 
-# cpu_ticks PID: utime + stime of the process (all its threads), in clock ticks.
-cpu_ticks() {
-  local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
-  local fields
-  read -ra fields <<<"${stat##*) }"  # after "pid (comm) ", the state is field 3
-  echo $((fields[11] + fields[12]))  # fields 14 and 15: utime, stime
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-# wait_for_tcp PID PORT SECONDS: polls until a connect succeeds or the process exits.
-wait_for_tcp() {
-  local pid="$1" port="$2" deadline=$((SECONDS + $3))
-  while [[ $SECONDS -lt $deadline ]]; do
-    kill -0 "$pid" 2>/dev/null || return 1
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.2
+# check_durable NAME PERFTEST_ARGS...: after the run, with the broker still up, checks
+# that every queue PerfTest was asked to declare durable (durable_queues_expected) is
+# durable there. RabbitMQ: rabbitmqctl list_queues name durable. Warren: the queue is in
+# its durable definitions, <data-dir>/definitions/vhost-2f.json for vhost "/" (Warren
+# writes only durable, non-exclusive queues there).
+check_durable() {
+  local name="$1"
+  shift
+  local expected=()
+  mapfile -t expected < <(durable_queues_expected "$@")
+  [[ ${#expected[@]} -gt 0 ]] || return 0
+  local durable
+  if [[ "$name" == rabbitmq ]]; then
+    durable="$(rabbitmqctl_private list_queues -q --no-table-headers name durable 2>&1 \
+      | awk -F '\t' '$2 == "true" { print $1 }')" || {
+      echo "rabbitmq: rabbitmqctl list_queues failed: $durable"
+      return 1
+    }
+  else
+    local file="$warren_data_dir/definitions/vhost-2f.json"
+    durable="$(python3 -c 'import json, sys
+for q in json.load(open(sys.argv[1]))["queues"]: print(q["name"])' "$file" 2>&1)" || {
+      echo "warren: cannot read durable queues from $file: $durable"
+      return 1
+    }
+  fi
+  local queue missing=()
+  for queue in "${expected[@]}"; do
+    grep -qxF -- "$queue" <<<"$durable" || missing+=("$queue")
   done
-  return 1
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "$name: durable queues:     NOT DURABLE (or missing): ${missing[*]}"
+    return 1
+  fi
+  echo "$name: durable queues:     ${#expected[@]} of ${#expected[@]} checked durable" \
+    "(${expected[0]}${expected[1]:+ .. ${expected[-1]}})"
 }
 
-install_rabbitmq() {
-  if [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]]; then
+# report_store_figures LOG: the medians of the figures in Warren's periodic INFO line
+# "message store: F fsyncs/s, M messages per fsync, W MiB/s written" over the run.
+report_store_figures() {
+  local figures
+  local n='\([0-9][0-9.]*\)'
+  local line="message store: $n fsyncs\/s, $n messages per fsync, $n MiB\/s written"
+  figures="$(sed -n "s/.*$line.*/\1 \2 \3/p" "$1")"
+  if [[ -z "$figures" ]]; then
+    echo "warren: message store:      no store figures logged"
     return 0
   fi
-  echo "bench: installing Debian's rabbitmq-server"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server
+  local count fsyncs per_fsync written
+  count="$(wc -l <<<"$figures")"
+  fsyncs="$(cut -d ' ' -f 1 <<<"$figures" | median)"
+  per_fsync="$(cut -d ' ' -f 2 <<<"$figures" | median)"
+  written="$(cut -d ' ' -f 3 <<<"$figures" | median)"
+  echo "warren: message store:      median $fsyncs fsyncs/s, $per_fsync messages per fsync," \
+    "$written MiB/s written (over $count reports)"
 }
 
-# set_rabbitmq_env: the environment of the private node, for the server and rabbitmqctl.
-set_rabbitmq_env() {
-  local base="$work_dir/rabbitmq"
-  rabbit_env=(HOME="$base/home"
-    RABBITMQ_NODENAME="$rabbit_node" RABBITMQ_NODE_PORT="$rabbit_port"
-    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT="$rabbit_dist_port"
-    RABBITMQ_MNESIA_BASE="$base/mnesia" RABBITMQ_LOG_BASE="$base/log"
-    RABBITMQ_CONFIG_FILE="$base/rabbitmq" RABBITMQ_ADVANCED_CONFIG_FILE="$base/advanced.config"
-    RABBITMQ_CONF_ENV_FILE="$base/rabbitmq-env.conf"
-    RABBITMQ_ENABLED_PLUGINS_FILE="$base/enabled_plugins"
-    RABBITMQ_PID_FILE="$base/rabbitmq.pid")
-}
-
-rabbitmqctl_private() {
-  env "${rabbit_env[@]}" timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -n "$rabbit_node" "$@"
-}
-
-start_rabbitmq() {
-  install_rabbitmq || return 1
-  local base="$work_dir/rabbitmq"
-  mkdir -p "$base/home" "$base/mnesia" "$base/log"
-  : >"$base/rabbitmq.conf"
-  : >"$base/rabbitmq-env.conf"
-  echo "[]." >"$base/enabled_plugins"
-  rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
-  rabbit_node="warren-bench-$$@localhost"
-  echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
-  set_rabbitmq_env
-  env "${rabbit_env[@]}" /usr/lib/rabbitmq/bin/rabbitmq-server >"$base/server.log" 2>&1 \
-    </dev/null &
-  rabbit_pid=$!
-  if ! wait_for_tcp "$rabbit_pid" "$rabbit_port" "$BROKER_READY_TIMEOUT_S" \
-      || ! rabbitmqctl_private await_startup >/dev/null 2>&1; then
-    echo "rabbitmq: node did not start; last lines of its logs:"
-    tail -n 30 "$base/server.log" "$base"/log/*.log 2>/dev/null
-    return 1
-  fi
-  rabbit_beam_pid="$(rabbitmqctl_private eval 'os:getpid().' 2>/dev/null | tr -dc '0-9')"
-  if [[ -z "$rabbit_beam_pid" || ! -r "/proc/$rabbit_beam_pid/stat" ]]; then
-    echo "rabbitmq: could not find the node's beam.smp pid"
-    return 1
-  fi
-  local version
-  version="$(rabbitmqctl_private eval 'rabbit_misc:version().' 2>/dev/null | tr -d '"')"
-  echo "rabbitmq: version $version, beam.smp pid $rabbit_beam_pid"
-}
-
-stop_rabbitmq() {
-  [[ -n "$rabbit_pid" ]] || return 0
-  kill -TERM "$rabbit_pid" 2>/dev/null
-  stop_wait "$rabbit_pid" rabbitmq
-  if [[ -n "$rabbit_beam_pid" ]] && kill -0 "$rabbit_beam_pid" 2>/dev/null; then
-    kill -KILL "$rabbit_beam_pid" 2>/dev/null
-  fi
-  rabbit_pid=""
-  rabbit_beam_pid=""
-}
-
-start_warren() {
-  local binary="${WARREN_BROKER_BIN:-$REPO_ROOT/target/release/warren}"
-  if [[ ! -x "$binary" ]]; then
-    echo "warren: $binary missing; cargo build --release"
-    (cd "$REPO_ROOT" && cargo build --release) || return 1
-  fi
-  warren_port="$(free_port)" || return 1
-  mkdir -p "$work_dir/warren/data"
-  echo "warren: starting on 127.0.0.1:$warren_port in $work_dir/warren"
-  "$binary" server --amqp-port "$warren_port" --data-dir "$work_dir/warren/data" \
-    >"$work_dir/warren/broker.log" 2>&1 </dev/null &
-  warren_pid=$!
-  if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
-    if kill -0 "$warren_pid" 2>/dev/null; then
-      echo "warren: not accepting TCP on $warren_port after ${BROKER_READY_TIMEOUT_S}s"
-    else
-      local status=0
-      wait "$warren_pid" || status=$?
-      echo "warren: exited with status $status before accepting TCP on $warren_port"
-      warren_pid=""
-    fi
-    echo "warren: last lines of its log:"
-    tail -n 30 "$work_dir/warren/broker.log"
-    return 1
-  fi
-  echo "warren: pid $warren_pid"
-}
-
-stop_warren() {
-  [[ -n "$warren_pid" ]] || return 0
-  kill -TERM "$warren_pid" 2>/dev/null
-  stop_wait "$warren_pid" warren
-  warren_pid=""
-}
-
-# stop_wait PID NAME: waits for a SIGTERMed child, then kills it if it lingers.
-stop_wait() {
-  local pid="$1" deadline=$((SECONDS + BROKER_STOP_TIMEOUT_S))
-  while kill -0 "$pid" 2>/dev/null && [[ $SECONDS -lt $deadline ]]; do
-    sleep 0.2
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "$2: still running ${BROKER_STOP_TIMEOUT_S}s after SIGTERM; killing it"
-    kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
+# median: the median of the numbers on stdin, one a line.
+median() {
+  sort -g | awk '{ v[NR] = $1 } END {
+    if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2
+  }'
 }
 
 cleanup() {
