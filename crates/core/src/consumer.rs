@@ -83,6 +83,8 @@ struct TicketInner {
     id: u64,
     outbox: Arc<Outbox>,
     failed: std::sync::atomic::AtomicBool,
+    /// Also told directly (tx.commit waits on it).
+    reply: Mutex<Option<tokio::sync::oneshot::Sender<bool>>>,
 }
 
 impl std::fmt::Debug for ConfirmTicket {
@@ -92,11 +94,16 @@ impl std::fmt::Debug for ConfirmTicket {
 }
 
 impl ConfirmTicket {
-    pub fn new(id: u64, outbox: Arc<Outbox>) -> ConfirmTicket {
+    pub fn new(
+        id: u64,
+        outbox: Arc<Outbox>,
+        reply: Option<tokio::sync::oneshot::Sender<bool>>,
+    ) -> ConfirmTicket {
         ConfirmTicket(Arc::new(TicketInner {
             id,
             outbox,
             failed: Default::default(),
+            reply: Mutex::new(reply),
         }))
     }
 
@@ -111,6 +118,9 @@ impl ConfirmTicket {
 impl Drop for TicketInner {
     fn drop(&mut self) {
         let ok = !self.failed.load(std::sync::atomic::Ordering::Acquire);
+        if let Some(reply) = self.reply.get_mut().take() {
+            let _ = reply.send(ok);
+        }
         self.outbox.push(Event::Confirmed {
             ticket: self.id,
             ok,

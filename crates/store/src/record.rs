@@ -36,11 +36,23 @@ const KIND_DELETED: u8 = 4;
 pub const FLAG_DURABLE: u8 = 1;
 
 /// Where a record is: segment number, byte offset of the record's header, total length.
+/// Twelve bytes, and `Option<Location>` too (a record is never empty): queues keep one per
+/// message beyond their memory budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Location {
     pub segment: u32,
     pub offset: u32,
-    pub len: u32,
+    pub len: std::num::NonZeroU32,
+}
+
+impl Location {
+    pub(crate) fn new(segment: u32, offset: usize, len: usize) -> Location {
+        Location {
+            segment,
+            offset: offset as u32,
+            len: std::num::NonZeroU32::new(len as u32).unwrap_or(std::num::NonZeroU32::MIN),
+        }
+    }
 }
 
 /// A decoded record; the message of an enqueue is a range of the buffer it was read from.

@@ -4,7 +4,7 @@
 //! flipped byte anywhere) is logged with its file and offset and skipped: the reader looks for
 //! the next offset where a whole record checks and goes on from there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::Path;
@@ -62,11 +62,44 @@ pub(crate) struct Scan {
     pub last_segment: u32,
 }
 
+/// One queue's messages while reading: in sequence order (a queue writes its enqueues in
+/// that order), acked ones left as tombstones until they reach the front.
 #[derive(Default)]
 struct QueueScan {
-    live: BTreeMap<u64, Location>,
+    live: VecDeque<(u64, Option<Location>)>,
     delivered_up_to: u64,
     max_seq: u64,
+}
+
+impl QueueScan {
+    fn enqueue(&mut self, seq: u64, location: Location) {
+        self.max_seq = self.max_seq.max(seq);
+        match self.live.back() {
+            Some(&(last, _)) if last >= seq => {
+                // Not in order (never written so, but read it right anyway).
+                match self.live.binary_search_by_key(&seq, |&(s, _)| s) {
+                    Ok(at) => self.live[at].1 = Some(location),
+                    Err(at) => self.live.insert(at, (seq, Some(location))),
+                }
+            }
+            _ => self.live.push_back((seq, Some(location))),
+        }
+    }
+
+    fn ack(&mut self, first: u64, last: u64) {
+        // Sequence numbers are never reused, also those whose enqueue was reclaimed.
+        self.max_seq = self.max_seq.max(last);
+        let start = self.live.partition_point(|&(s, _)| s < first);
+        for entry in self.live.range_mut(start..) {
+            if entry.0 > last {
+                break;
+            }
+            entry.1 = None;
+        }
+        while matches!(self.live.front(), Some((_, None))) {
+            self.live.pop_front();
+        }
+    }
 }
 
 pub(crate) fn scan(dir: &Path) -> io::Result<Scan> {
@@ -112,16 +145,17 @@ pub(crate) fn scan(dir: &Path) -> io::Result<Scan> {
         let messages: Vec<RecoveredMessage> = queue
             .live
             .into_iter()
-            .map(|(seq, location)| {
+            .filter_map(|(seq, location)| {
+                let location = location?;
                 *live.entry(location.segment).or_default() += 1;
-                RecoveredMessage {
+                Some(RecoveredMessage {
                     seq,
                     location,
                     redelivered: seq <= queue.delivered_up_to,
-                }
+                })
             })
             .collect();
-        if !messages.is_empty() {
+        if !messages.is_empty() || queue.max_seq > 0 {
             recovered.queues.insert(
                 id,
                 RecoveredQueue {
@@ -185,11 +219,7 @@ fn scan_segment(
     while at < buf.len() {
         match record::decode(buf, at) {
             Ok((record, len)) => {
-                let location = Location {
-                    segment,
-                    offset: at as u32,
-                    len: len as u32,
-                };
+                let location = Location::new(segment, at, len);
                 apply(record, location, queues);
                 count += 1;
                 at += len;
@@ -223,27 +253,18 @@ fn apply(record: Record, location: Location, queues: &mut FxHashMap<u64, QueueSc
             if flags & FLAG_DURABLE == 0 {
                 return; // paged out from memory only; gone with the process
             }
-            let queue = queues.entry(queue).or_default();
-            queue.max_seq = queue.max_seq.max(seq);
-            queue.live.insert(seq, location);
+            queues.entry(queue).or_default().enqueue(seq, location);
         }
         Record::Ack { queue, ranges } => {
-            let Some(queue) = queues.get_mut(&queue) else {
-                return;
-            };
+            let queue = queues.entry(queue).or_default();
             for (first, last) in ranges {
-                if first > last {
-                    continue;
-                }
-                let acked: Vec<u64> = queue.live.range(first..=last).map(|(&s, _)| s).collect();
-                for seq in acked {
-                    queue.live.remove(&seq);
-                }
+                queue.ack(first, last);
             }
         }
         Record::Delivered { queue, up_to } => {
             let queue = queues.entry(queue).or_default();
             queue.delivered_up_to = queue.delivered_up_to.max(up_to);
+            queue.max_seq = queue.max_seq.max(up_to);
         }
         Record::QueueDeleted { queue } => {
             queues.remove(&queue);

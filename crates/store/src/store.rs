@@ -212,11 +212,8 @@ impl Store {
             let mut offset = start;
             for &(record_end, enqueue) in &batch.records[record..end] {
                 if enqueue {
-                    locations.push(Location {
-                        segment,
-                        offset: (base + (offset - start) as u64) as u32,
-                        len: (record_end - offset) as u32,
-                    });
+                    let at = base as usize + (offset - start);
+                    locations.push(Location::new(segment, at, record_end - offset));
                     *writer.live.entry(segment).or_default() += 1;
                 }
                 offset = record_end;
@@ -303,7 +300,7 @@ impl Store {
                     format!("segment {} is gone", location.segment),
                 )
             })?;
-        let mut buf = vec![0; location.len as usize];
+        let mut buf = vec![0; location.len.get() as usize];
         file.read_exact_at(&mut buf, u64::from(location.offset))?;
         match record::decode(&buf, 0) {
             Ok((record::Record::Enqueue { message, .. }, _)) => Ok(Bytes::from(buf).slice(message)),

@@ -153,12 +153,14 @@ enum State {
 struct Stored {
     message: Option<Arc<Message>>,
     location: Option<Location>,
+    /// Handed to a consumer before (or maybe, before a crash).
+    redelivered: bool,
 }
 
+/// 32 bytes: what a message beyond the memory budget costs.
 struct Ready {
     seq: u64,
     stored: Stored,
-    redelivered: bool,
 }
 
 /// The queue's side of the message store.
@@ -247,8 +249,8 @@ impl ClassicQueue {
                 stored: Stored {
                     message: None,
                     location: Some(m.location),
+                    redelivered: m.redelivered,
                 },
-                redelivered: m.redelivered,
             }));
         tracing::info!(
             "{}: recovered {} messages from the message store",
@@ -343,6 +345,7 @@ impl ClassicQueue {
             let mut stored = Stored {
                 message: Some(message),
                 location: None,
+                redelivered: false,
             };
             if let Some(persist) = self.persist.as_mut() {
                 let message = stored.message.as_ref().expect("just set");
@@ -361,11 +364,7 @@ impl ClassicQueue {
                 }
             }
             self.ready_memory += resident_bytes(&stored);
-            self.ready.push_back(Ready {
-                seq,
-                stored,
-                redelivered: false,
-            });
+            self.ready.push_back(Ready { seq, stored });
         }
         if let (true, Some(ticket), Some(persist)) = (written, confirm, self.persist.as_mut()) {
             // The confirm waits for the fsync of these records.
@@ -508,18 +507,12 @@ impl ClassicQueue {
 
     fn settle(&mut self, op: SettleOp, seqs: &[u64]) {
         for &seq in seqs {
-            let Some(stored) = self.unacked.remove(&seq) else {
+            let Some(mut stored) = self.unacked.remove(&seq) else {
                 continue; // already settled (channel closed twice, queue purged)
             };
             if op == SettleOp::Requeue {
-                let previous = self.returned.insert(
-                    seq,
-                    Ready {
-                        seq,
-                        stored,
-                        redelivered: true,
-                    },
-                );
+                stored.redelivered = true;
+                let previous = self.returned.insert(seq, Ready { seq, stored });
                 debug_assert!(previous.is_none(), "a sequence number is requeued once");
             } else {
                 self.forget(seq, &stored);
@@ -582,7 +575,7 @@ impl ClassicQueue {
                 queue: self.handle.clone(),
                 seq: ready.seq,
                 message,
-                redelivered: ready.redelivered,
+                redelivered: ready.stored.redelivered,
             },
             remaining,
         })
@@ -689,7 +682,7 @@ impl ClassicQueue {
                 queue: self.handle.clone(),
                 seq: ready.seq,
                 message,
-                redelivered: ready.redelivered,
+                redelivered: ready.stored.redelivered,
             });
             let outbox = consumer.outbox.clone();
             stage(&mut self.staged, outbox, event);

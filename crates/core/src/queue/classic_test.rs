@@ -83,6 +83,15 @@ fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
 }
 
 #[test]
+fn a_message_beyond_the_memory_budget_costs_32_bytes() {
+    assert!(
+        std::mem::size_of::<Ready>() <= 32,
+        "{}",
+        std::mem::size_of::<Ready>()
+    );
+}
+
+#[test]
 fn requeued_messages_return_to_their_original_position() {
     tracing::info!("phase: three delivered, one left ready");
     let mut queue = queue();

@@ -162,7 +162,14 @@ impl Connection {
                 if channel.tx.is_none() {
                     return Err(precondition("channel is not transactional"));
                 }
-                self.tx_commit(id).await;
+                if !self.tx_commit(id).await {
+                    return Err(Fault::new(
+                        id,
+                        reply_code::INTERNAL_ERROR,
+                        "tx.commit: the message store could not write the transaction's messages; see the broker log",
+                        cause,
+                    ));
+                }
                 self.out.method(id, &Method::TxCommitOk(Default::default()));
             }
             Method::TxRollback(_) => {

@@ -50,6 +50,8 @@ pub struct Pending {
     confirm_channels: Vec<u16>,
     /// Identifies the next confirm ticket of this connection.
     next_ticket: u64,
+    /// tx.commit waits for its publishes to be safe through this.
+    commit_reply: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 impl Pending {
@@ -323,9 +325,10 @@ impl Connection {
         let durable = publishes
             .values()
             .any(|(queue, batch)| stores_durably(queue) && batch.iter().any(|m| m.persistent));
-        let ticket = durable.then(|| {
+        let commit_reply = self.pending.commit_reply.take();
+        let ticket = (durable || commit_reply.is_some()).then(|| {
             self.pending.next_ticket += 1;
-            ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone())
+            ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone(), commit_reply)
         });
         for (_, (queue, batch)) in publishes.drain() {
             let confirm = ticket
@@ -453,7 +456,9 @@ impl Connection {
         true
     }
 
-    pub(super) async fn tx_commit(&mut self, id: u16) {
+    /// Applies the transaction; returns once its publishes are safe (for persistent messages
+    /// to durable queues: fsynced), `false` when the message store could not make them so.
+    pub(super) async fn tx_commit(&mut self, id: u16) -> bool {
         let channel = self
             .channels
             .get_mut(&id)
@@ -471,7 +476,10 @@ impl Connection {
             self.pending.settle(&unacked.queue, op, unacked.seq);
             self.note_settled(id, &unacked);
         }
+        let (reply, safe) = tokio::sync::oneshot::channel();
+        self.pending.commit_reply = Some(reply);
         self.flush_pending().await;
+        safe.await.unwrap_or(false)
     }
 
     /// Rollback: publishes are dropped, acknowledgements undone (the messages stay unacked).
