@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,7 +108,6 @@ pub(crate) fn scan(dir: &Path) -> io::Result<Scan> {
     let started = Instant::now();
     let mut last_progress = started;
     let mut queues: FxHashMap<u64, QueueScan> = FxHashMap::default();
-    let mut files = BTreeMap::new();
     let mut records = 0u64;
     let total_bytes: u64 = segments.iter().map(|(_, size)| size).sum();
     let mut read_bytes = 0u64;
@@ -119,26 +119,52 @@ pub(crate) fn scan(dir: &Path) -> io::Result<Scan> {
             dir.display()
         );
     }
-    for &(segment, size) in &segments {
-        let path = segment_path(dir, segment);
-        let buf = fs::read(&path).map_err(|error| {
-            io::Error::new(
-                error.kind(),
-                format!("cannot read {}: {error}", path.display()),
-            )
-        })?;
-        records += scan_segment(&path, segment, &buf, &mut queues);
-        let file = OpenOptions::new().read(true).open(&path)?;
-        files.insert(segment, Arc::new(file));
-        read_bytes += size;
-        if last_progress.elapsed() >= PROGRESS_INTERVAL {
-            last_progress = Instant::now();
-            tracing::info!(
-                "message store: recovery {:.0}% ({records} records read)",
-                read_bytes as f64 * 100.0 / total_bytes.max(1) as f64
-            );
+    // Two readers (segments alternate between them) check records while this thread applies
+    // them in log order; a reader stays at most one segment ahead.
+    let files = std::thread::scope(|scope| -> io::Result<BTreeMap<u32, Arc<File>>> {
+        let readers: Vec<_> = (0..SCAN_THREADS)
+            .map(|k| {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<SegmentRecords>>(1);
+                let mine: Vec<u32> = segments
+                    .iter()
+                    .skip(k)
+                    .step_by(SCAN_THREADS)
+                    .map(|&(s, _)| s)
+                    .collect();
+                scope.spawn(move || {
+                    let mut buf = Vec::with_capacity(SCAN_CHUNK);
+                    for segment in mine {
+                        let result = read_segment(dir, segment, &mut buf);
+                        let failed = result.is_err();
+                        if tx.send(result).is_err() || failed {
+                            return;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        let mut files = BTreeMap::new();
+        for (i, &(segment, size)) in segments.iter().enumerate() {
+            let read = readers[i % SCAN_THREADS]
+                .recv()
+                .map_err(|_| io::Error::other("a recovery reader stopped"))??;
+            records += read.records.len() as u64;
+            for (record, location) in read.records {
+                apply(record, location, &mut queues);
+            }
+            files.insert(segment, Arc::new(read.file));
+            read_bytes += size;
+            if last_progress.elapsed() >= PROGRESS_INTERVAL {
+                last_progress = Instant::now();
+                tracing::info!(
+                    "message store: recovery {:.0}% ({records} records read)",
+                    read_bytes as f64 * 100.0 / total_bytes.max(1) as f64
+                );
+            }
         }
-    }
+        Ok(files)
+    })?;
     let mut live: BTreeMap<u32, u64> = segments.iter().map(|&(s, _)| (s, 0)).collect();
     let mut recovered = Recovered::default();
     for (id, queue) in queues {
@@ -200,28 +226,115 @@ fn list_segments(dir: &Path) -> io::Result<Vec<(u32, u64)>> {
     Ok(segments)
 }
 
-/// Applies every record of one segment; returns how many were read.
-fn scan_segment(
+/// Threads reading segments at startup.
+const SCAN_THREADS: usize = 2;
+/// Bytes read at a time: small enough to stay in cache while checksums run.
+const SCAN_CHUNK: usize = 4 << 20;
+
+/// The checked records of one segment, with the open file for later reads.
+struct SegmentRecords {
+    file: File,
+    records: Vec<(Record, Location)>,
+}
+
+/// Reads a segment in chunks through `buf`; a record that does not check sends the reader to
+/// the whole-file path, which logs it and resynchronises.
+fn read_segment(dir: &Path, segment: u32, buf: &mut Vec<u8>) -> io::Result<SegmentRecords> {
+    let path = segment_path(dir, segment);
+    let file = OpenOptions::new().read(true).open(&path).map_err(|error| {
+        io::Error::new(
+            error.kind(),
+            format!("cannot read {}: {error}", path.display()),
+        )
+    })?;
+    let len = file.metadata()?.len() as usize;
+    let mut records = Vec::new();
+    let mut base = 0; // file offset of buf[0]
+    buf.clear();
+    let mut at = 0;
+    loop {
+        // Refill: keep the unread tail, read the next chunk after it.
+        if at > 0 {
+            buf.drain(..at);
+            base += at;
+            at = 0;
+        }
+        let filled = buf.len();
+        let want = (len - base - filled).min(buf.capacity().max(SCAN_CHUNK) - filled);
+        buf.resize(filled + want, 0);
+        file.read_exact_at(&mut buf[filled..], (base + filled) as u64)?;
+        if base == 0 {
+            if buf.len() < SEGMENT_MAGIC.len() || &buf[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC {
+                break; // the whole-file path reports it
+            }
+            at = SEGMENT_MAGIC.len();
+        }
+        let at_end = base + buf.len() == len;
+        while at < buf.len() {
+            match record::decode(buf, at) {
+                Ok((record, record_len)) => {
+                    records.push((record, Location::new(segment, base + at, record_len)));
+                    at += record_len;
+                }
+                Err(record::RecordError::Truncated) if !at_end => {
+                    // The record continues in the next chunk; make room for all of it.
+                    let need = record::RECORD_HEADER_LEN + announced_len(&buf[at..]);
+                    if need > buf.capacity() {
+                        buf.reserve(need);
+                    }
+                    break;
+                }
+                Err(_) => {
+                    let whole = fs::read(&path)?;
+                    scan_from(&path, segment, &whole, base + at, &mut records);
+                    return Ok(SegmentRecords { file, records });
+                }
+            }
+        }
+        if at_end && at >= buf.len() {
+            return Ok(SegmentRecords { file, records });
+        }
+        if at_end {
+            break;
+        }
+    }
+    let whole = fs::read(&path)?;
+    scan_from(&path, segment, &whole, 0, &mut records);
+    Ok(SegmentRecords { file, records })
+}
+
+/// The payload length a record header announces (0 when the header itself is cut).
+fn announced_len(bytes: &[u8]) -> usize {
+    bytes
+        .get(..4)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .min(record::RECORD_PAYLOAD_MAX)
+}
+
+/// Reads the records of a whole segment from `from` (0: check the header first), logging and
+/// skipping every stretch that is not a valid record.
+fn scan_from(
     path: &Path,
     segment: u32,
     buf: &[u8],
-    queues: &mut FxHashMap<u64, QueueScan>,
-) -> u64 {
-    if buf.len() < SEGMENT_MAGIC.len() || &buf[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC {
-        tracing::warn!(
-            "message store: {} at offset 0: not a segment file (bad header); skipped",
-            path.display()
-        );
-        return 0;
+    from: usize,
+    records: &mut Vec<(Record, Location)>,
+) {
+    let mut at = from;
+    if from == 0 {
+        if buf.len() < SEGMENT_MAGIC.len() || &buf[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC {
+            tracing::warn!(
+                "message store: {} at offset 0: not a segment file (bad header); skipped",
+                path.display()
+            );
+            return;
+        }
+        at = SEGMENT_MAGIC.len();
     }
-    let mut at = SEGMENT_MAGIC.len();
-    let mut count = 0;
     while at < buf.len() {
         match record::decode(buf, at) {
             Ok((record, len)) => {
-                let location = Location::new(segment, at, len);
-                apply(record, location, queues);
-                count += 1;
+                records.push((record, Location::new(segment, at, len)));
                 at += len;
             }
             Err(error) => {
@@ -242,7 +355,6 @@ fn scan_segment(
             }
         }
     }
-    count
 }
 
 fn apply(record: Record, location: Location, queues: &mut FxHashMap<u64, QueueScan>) {
