@@ -80,6 +80,8 @@ pub enum Record {
 /// Why bytes at an offset are not a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordError {
+    /// Zeros where a record would start: the preallocated, never written end of a segment.
+    End,
     /// The buffer ends inside the record (a torn write).
     Truncated,
     /// The checksum does not match the payload.
@@ -91,6 +93,7 @@ pub enum RecordError {
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            RecordError::End => "end of the written data",
             RecordError::Truncated => "record cut short (torn write)",
             RecordError::Checksum => "checksum mismatch",
             RecordError::Malformed => "malformed record",
@@ -105,6 +108,9 @@ pub fn decode(buf: &[u8], at: usize) -> Result<(Record, usize), RecordError> {
         .ok_or(RecordError::Truncated)?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len == 0 && crc == 0 {
+        return Err(RecordError::End); // no record is empty: this is unwritten space
+    }
     if len > RECORD_PAYLOAD_MAX {
         return Err(RecordError::Malformed);
     }

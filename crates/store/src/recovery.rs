@@ -276,6 +276,17 @@ fn read_segment(dir: &Path, segment: u32, buf: &mut Vec<u8>) -> io::Result<Segme
                     records.push((record, Location::new(segment, base + at, record_len)));
                     at += record_len;
                 }
+                Err(record::RecordError::End) => {
+                    // Zeros: the preallocated end of the segment, if they run to its end.
+                    let mut rest = vec![0; len - (base + at)];
+                    file.read_exact_at(&mut rest, (base + at) as u64)?;
+                    if all_zero(&rest) {
+                        return Ok(SegmentRecords { file, records });
+                    }
+                    let whole = fs::read(&path)?;
+                    scan_from(&path, segment, &whole, base + at, &mut records);
+                    return Ok(SegmentRecords { file, records });
+                }
                 Err(record::RecordError::Truncated) if !at_end => {
                     // The record continues in the next chunk; make room for all of it.
                     let need = record::RECORD_HEADER_LEN + announced_len(&buf[at..]);
@@ -301,6 +312,10 @@ fn read_segment(dir: &Path, segment: u32, buf: &mut Vec<u8>) -> io::Result<Segme
     let whole = fs::read(&path)?;
     scan_from(&path, segment, &whole, 0, &mut records);
     Ok(SegmentRecords { file, records })
+}
+
+fn all_zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
 }
 
 /// The payload length a record header announces (0 when the header itself is cut).
@@ -337,6 +352,7 @@ fn scan_from(
                 records.push((record, Location::new(segment, at, len)));
                 at += len;
             }
+            Err(record::RecordError::End) if all_zero(&buf[at..]) => return,
             Err(error) => {
                 let next = (at + 1..buf.len()).find(|&o| record::decode(buf, o).is_ok());
                 match next {

@@ -65,6 +65,9 @@ struct Writer {
     active: u32,
     file: Arc<File>,
     len: u64,
+    /// Bytes of the active segment already written with zeros ahead of the data: writing
+    /// into them changes no file size, so an fdatasync needs no journal commit.
+    allocated: u64,
     /// Live enqueue records per segment.
     live: BTreeMap<u32, u64>,
 }
@@ -118,6 +121,7 @@ impl Store {
                 active,
                 file,
                 len: SEGMENT_MAGIC.len() as u64,
+                allocated: SEGMENT_MAGIC.len() as u64,
                 live,
             }),
             files: RwLock::new(files),
@@ -204,6 +208,11 @@ impl Store {
                 continue;
             }
             let base = writer.len;
+            preallocate(
+                &mut writer,
+                (end_offset - start) as u64,
+                self.0.segment_bytes,
+            )?;
             writer
                 .file
                 .write_all_at(&batch.buf[start..end_offset], base)?;
@@ -255,6 +264,7 @@ impl Store {
     }
 
     fn rotate(&self, writer: &mut Writer) -> io::Result<()> {
+        writer.file.set_len(writer.len)?; // drop the unused preallocated zeros
         let next = writer.active + 1;
         let file = Arc::new(create_segment(&self.0.dir, next)?);
         File::open(&self.0.dir)?.sync_all()?; // the new name survives a power loss
@@ -263,6 +273,7 @@ impl Store {
         writer.active = next;
         writer.file = file;
         writer.len = SEGMENT_MAGIC.len() as u64;
+        writer.allocated = writer.len;
         tracing::debug!(segment = next, "message store: new segment");
         Ok(())
     }
@@ -441,6 +452,30 @@ fn report(shared: &Shared, elapsed: Duration, last: &mut (u64, u64, u64)) {
         messages as f64 / fsyncs as f64,
         bytes as f64 / secs / (1024.0 * 1024.0)
     );
+}
+
+/// Zeros written ahead of the data at a time.
+const PREALLOCATE_STEP: u64 = 4 << 20;
+
+/// Makes sure `need` bytes after the data are allocated, writing zeros a step at a time (the
+/// file size changes once per step, not once per batch).
+fn preallocate(writer: &mut Writer, need: u64, segment_bytes: u64) -> io::Result<()> {
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    let want = writer.len + need;
+    if want <= writer.allocated {
+        return Ok(());
+    }
+    let target = (writer.allocated + PREALLOCATE_STEP)
+        .min(segment_bytes.max(want))
+        .max(want);
+    let mut at = writer.allocated;
+    while at < target {
+        let n = (target - at).min(ZEROS.len() as u64) as usize;
+        writer.file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    writer.allocated = target;
+    Ok(())
 }
 
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {

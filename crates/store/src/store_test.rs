@@ -374,3 +374,34 @@ fn segments_larger_than_a_read_chunk_recover_whole_also_with_huge_records() {
     assert_eq!(seqs.len(), 5999);
     assert!(!seqs.contains(&4501));
 }
+
+#[test]
+fn a_torn_write_into_preallocated_space_loses_only_that_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let locations = {
+        let (store, _) = open(dir.path(), 1 << 20);
+        let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
+        store.close();
+        locations
+    };
+    let path = segment_path(&dir.path().join("store"), locations[0].segment);
+    let mut bytes = fs::read(&path).unwrap();
+    let last = locations[9];
+    let end = last.offset as usize + last.len.get() as usize;
+    assert!(
+        bytes.len() > end,
+        "the segment is preallocated past its data"
+    );
+    assert!(bytes[end..].iter().all(|&b| b == 0));
+    bytes[end - 6..end].fill(0); // the write stopped short of the record's end
+    fs::write(&path, &bytes).unwrap();
+    let (_, mut recovered) = open(dir.path(), 1 << 20);
+    let seqs: Vec<u64> = recovered
+        .take(1)
+        .unwrap()
+        .messages
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
+}
