@@ -11,6 +11,9 @@ mod record;
 mod recovery;
 mod store;
 
-pub use record::{queue_id, Location, RecordBatch, Waiter, FLAG_DURABLE};
+pub use record::{
+    decode as decode_record, queue_id, Location, Record, RecordBatch, RecordError, Waiter,
+    FLAG_DURABLE,
+};
 pub use recovery::{Recovered, RecoveredMessage, RecoveredQueue};
 pub use store::{Store, StoreConfig, StoreStats};
