@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(len > 0 && at + len <= data.len());
                 if let Record::Enqueue { message, .. } = record {
                     let bytes = Bytes::copy_from_slice(&data[message]);
-                    let _ = Message::decode_stored(bytes, true);
+                    let _ = Message::decode_stored(bytes);
                 }
                 at += len;
             }

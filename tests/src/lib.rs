@@ -123,6 +123,14 @@ impl TestBroker {
         matches!(self.target, Target::External { .. })
     }
 
+    /// The in-process broker's data directory (`None` for an external broker).
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        match &self.target {
+            Target::External { .. } => None,
+            Target::InProcess(broker) => Some(broker._data_dir.path()),
+        }
+    }
+
     /// Stops the broker and starts it again on the same data dir (the port may change).
     /// Panics for an external broker: callers skip first.
     pub async fn restart(self) -> TestBroker {

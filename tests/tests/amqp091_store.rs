@@ -149,3 +149,58 @@ async fn queues_over_their_memory_budget_page_out_and_deliver_everything_in_orde
         assert_eq!(message_count(&connection, queue).await, 0);
     }
 }
+
+/// Segment files in the broker's message store.
+fn segment_count(broker: &TestBroker) -> usize {
+    let dir = broker.data_dir().expect("in-process broker").join("store");
+    std::fs::read_dir(dir)
+        .expect("the store directory exists")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "seg"))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_or_deleting_a_durable_queue_reclaims_its_segments() {
+    let broker = TestBroker::start_with(|config| config.store_segment_size = 16 * 1024).await;
+    if broker.skip_if_external("segment files are Warren's") {
+        return;
+    }
+    let (drained, deleted) = (unique("reclaim-drain"), unique("reclaim-delete"));
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    declare(&channel, &drained, true).await;
+    declare(&channel, &deleted, true).await;
+    let body = "y".repeat(1000);
+    for queue in [&drained, &deleted] {
+        for _ in 0..100 {
+            publish_with(&channel, "", queue, body.as_bytes(), persistent()).await;
+        }
+    }
+    let before = segment_count(&broker);
+    assert!(
+        before > 8,
+        "200 KB of messages fill many 16 KiB segments: {before}"
+    );
+
+    let reader = bounded!(connection.create_channel()).unwrap();
+    let mut consumer = consume(&reader, &drained, false).await;
+    for _ in 0..100 {
+        let delivery = next_delivery(&mut consumer).await;
+        bounded!(delivery.ack(BasicAckOptions::default())).unwrap();
+    }
+    let delete = channel.queue_delete(deleted.as_str().into(), Default::default());
+    assert_eq!(bounded!(delete).unwrap(), 100);
+    assert_eq!(message_count(&connection, &drained).await, 0); // a fence for the acks
+    warren_tests::eventually(
+        "segments are reclaimed",
+        std::time::Duration::from_secs(5),
+        || {
+            let now = segment_count(&broker);
+            async move { now <= 2 }
+        },
+    )
+    .await;
+}

@@ -32,12 +32,13 @@ impl Message {
 
 impl Message {
     /// Appends the message as the store keeps it (see [`Message::decode_stored`]):
-    /// `format:u8 exchange_len:u8 exchange routing_key_len:u8 routing_key properties_len:u32le
-    /// properties body`.
+    /// `format:u8 flags:u8 exchange_len:u8 exchange routing_key_len:u8 routing_key
+    /// properties_len:u32le properties body`; flag bit 0 is `persistent`.
     pub fn encode_stored(&self, out: &mut Vec<u8>) {
         out.push(match self.format {
             Format::Amqp091 => 1,
         });
+        out.push(u8::from(self.persistent));
         // Exchange names and routing keys are short strings (at most 255 bytes) on the wire.
         out.push(self.exchange.len().min(255) as u8);
         out.extend_from_slice(&self.exchange[..self.exchange.len().min(255)]);
@@ -50,12 +51,13 @@ impl Message {
 
     /// A message read back from the store; its parts are slices of `bytes`. `None` when the
     /// bytes are not a stored message.
-    pub fn decode_stored(bytes: Bytes, persistent: bool) -> Option<Message> {
+    pub fn decode_stored(bytes: Bytes) -> Option<Message> {
         let format = match *bytes.first()? {
             1 => Format::Amqp091,
             _ => return None,
         };
-        let mut at = 1;
+        let persistent = *bytes.get(1)? & 1 != 0;
+        let mut at = 2;
         let short = |at: &mut usize| -> Option<Bytes> {
             let len = *bytes.get(*at)? as usize;
             let start = *at + 1;
@@ -97,14 +99,15 @@ mod tests {
         };
         let mut buf = Vec::new();
         message.encode_stored(&mut buf);
-        let back = Message::decode_stored(Bytes::from(buf.clone()), true).unwrap();
+        let back = Message::decode_stored(Bytes::from(buf.clone())).unwrap();
+        assert!(back.persistent);
         assert_eq!(back.exchange, message.exchange);
         assert_eq!(back.routing_key, message.routing_key);
         assert_eq!(back.properties, message.properties);
         assert_eq!(back.body, message.body);
         for cut in 0..buf.len() - message.body.len() {
-            let _ = Message::decode_stored(Bytes::from(buf[..cut].to_vec()), true);
+            let _ = Message::decode_stored(Bytes::from(buf[..cut].to_vec()));
         }
-        assert!(Message::decode_stored(Bytes::from_static(&[9, 0, 0]), true).is_none());
+        assert!(Message::decode_stored(Bytes::from_static(&[9, 0, 0])).is_none());
     }
 }

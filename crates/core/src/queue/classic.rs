@@ -122,8 +122,7 @@ async fn run(
         for cmd in control.drain(..).chain(data.drain(..)) {
             queue.handle(cmd);
         }
-        queue.flush_store();
-        queue.dispatch();
+        queue.dispatch(); // ends with the turn's one write to the store
         match queue.state {
             State::Running => {}
             State::Deleted => {
@@ -175,6 +174,9 @@ struct Persist {
     batch: RecordBatch,
     /// Sequence numbers of the enqueue records in `batch`, in order.
     enqueued: Vec<u64>,
+    /// Of those, the ones already done with (delivered no-ack in the same turn): forgotten
+    /// once their location is known.
+    done_unwritten: Vec<u64>,
     acks: Vec<u64>,
     locations: Vec<Location>,
     /// Highest sequence number a `delivered` record covers.
@@ -235,6 +237,7 @@ impl ClassicQueue {
             memory_budget: if lazy { 0 } else { storage.memory_budget },
             batch: RecordBatch::new(),
             enqueued: Vec::new(),
+            done_unwritten: Vec::new(),
             acks: Vec::new(),
             locations: Vec::new(),
             delivered_written: 0,
@@ -399,25 +402,49 @@ impl ClassicQueue {
             persist.enqueued.clear();
             return;
         }
+        // The turn's messages are where dispatch left them: still ready, or unacked.
         for (seq, location) in persist.enqueued.drain(..).zip(persist.locations.drain(..)) {
             if let Ok(at) = self.ready.binary_search_by_key(&seq, |r| r.seq) {
                 self.ready[at].stored.location = Some(location);
+            } else if let Some(stored) = self.unacked.get_mut(&seq) {
+                stored.location = Some(location);
+            } else if persist.done_unwritten.binary_search(&seq).is_ok() {
+                persist.batch.forget(location);
             }
+        }
+        persist.done_unwritten.clear();
+        if !persist.batch.is_empty() {
+            // Only the forgotten ones: accounting, no write.
+            let _ = persist
+                .store
+                .append(&mut persist.batch, &mut persist.locations);
         }
     }
 
     /// Marks a stored message as done with on disk (acked, dropped, purged).
     fn forget(&mut self, seq: u64, stored: &Stored) {
-        if let (Some(persist), Some(location)) = (self.persist.as_mut(), stored.location) {
-            if persist.durable {
-                persist.acks.push(seq); // a paged-out transient message needs no ack record
+        let Some(persist) = self.persist.as_mut() else {
+            return;
+        };
+        let written = match stored.location {
+            Some(location) => {
+                persist.batch.forget(location);
+                true
             }
-            persist.batch.forget(location);
+            None if persist.enqueued.binary_search(&seq).is_ok() => {
+                persist.done_unwritten.push(seq); // its record goes out with this turn's
+                true
+            }
+            None => false,
+        };
+        if written && persist.durable {
+            persist.acks.push(seq); // a paged-out transient message needs no ack record
         }
     }
 
     /// The queue is gone for good: its records are void.
     fn erase_from_store(&mut self) {
+        self.flush_store(); // the turn's records first, so every message has its location
         let Some(persist) = self.persist.as_mut() else {
             return;
         };
@@ -443,10 +470,9 @@ impl ClassicQueue {
         }
         let persist = self.persist.as_ref()?;
         let location = ready.stored.location?;
-        let durable = persist.durable;
         match persist.store.read(location) {
             Ok(bytes) => {
-                let message = Message::decode_stored(bytes, durable).map(Arc::new);
+                let message = Message::decode_stored(bytes).map(Arc::new);
                 if message.is_none() {
                     tracing::error!(
                         "{}: stored message {} is not a message; dropped",
@@ -540,9 +566,7 @@ impl ClassicQueue {
     /// Takes a message out for a consumer: it becomes unacked, or is done with when the
     /// consumer does not ack (no-ack).
     fn hand_out(&mut self, ready: &Ready, no_ack: bool) {
-        if ready.stored.location.is_some() {
-            self.delivered_max = self.delivered_max.max(ready.seq);
-        }
+        self.delivered_max = self.delivered_max.max(ready.seq);
         if no_ack {
             self.forget(ready.seq, &ready.stored);
         } else {
