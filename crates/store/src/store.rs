@@ -26,6 +26,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::record::{self, Location, RecordBatch, Waiter, SEGMENT_MAGIC};
 use crate::recovery::{self, Recovered};
 
+/// Threads that fsync: a group that forms while one fsync runs starts its own at once
+/// instead of waiting for it (each waits only for the fsync that covers its records).
+const SYNC_THREADS: usize = 2;
 /// How often the sync thread logs its figures while busy.
 const STATS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -132,10 +135,12 @@ impl Store {
             stats: Stats::default(),
         });
         let store = Store(shared);
-        let syncer = store.0.clone();
-        thread::Builder::new()
-            .name("warren-store-sync".into())
-            .spawn(move || sync_loop(&syncer))?;
+        for n in 0..SYNC_THREADS {
+            let syncer = store.0.clone();
+            thread::Builder::new()
+                .name(format!("warren-store-sync-{n}"))
+                .spawn(move || sync_loop(&syncer, n == 0))?;
+        }
         store.reclaim(&mut store.0.writer.lock());
         Ok((store, scan.recovered))
     }
@@ -370,11 +375,11 @@ impl Store {
         let _writer = self.0.writer.lock();
         self.0.closed.store(true, Ordering::Release);
         self.0.sync.lock().shutdown = true;
-        self.0.sync_wake.notify_one();
+        self.0.sync_wake.notify_all();
     }
 }
 
-fn sync_loop(shared: &Arc<Shared>) {
+fn sync_loop(shared: &Arc<Shared>, reports: bool) {
     let mut last_report = Instant::now();
     let mut reported = (0u64, 0u64, 0u64);
     loop {
@@ -424,7 +429,7 @@ fn sync_loop(shared: &Arc<Shared>) {
             tracing::trace!(waiters = count, messages, "message store: fsync");
         }
         let elapsed = last_report.elapsed();
-        if elapsed >= STATS_INTERVAL {
+        if reports && elapsed >= STATS_INTERVAL {
             report(shared, elapsed, &mut reported);
             last_report = Instant::now();
         }
