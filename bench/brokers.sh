@@ -25,6 +25,7 @@ warren_pid=""
 warren_port=""
 warren_data_dir=""
 warren_log="" # the broker's stdout and stderr (its tracing output)
+warren_config="${warren_config:-}" # a TOML config file for Warren (--config), when set
 
 # warren_binary: the broker to start: WARREN_BROKER_BIN, else the release build in
 # CARGO_TARGET_DIR (when set) or <repo>/target.
@@ -132,9 +133,9 @@ stop_rabbitmq() {
 }
 
 # start_warren: builds Warren when missing and starts it on a free port with a fresh data
-# directory; sets warren_pid, warren_port, warren_data_dir and warren_log. The broker's log
-# filter is WARREN_BENCH_RUST_LOG (default info), so a RUST_LOG set for other work does not
-# hide the INFO lines the benchmarks read.
+# directory, with --config "$warren_config" when that is set; sets warren_pid, warren_port,
+# warren_data_dir and warren_log. The broker's log filter is WARREN_BENCH_RUST_LOG (default
+# info), so a RUST_LOG set for other work does not hide the INFO lines the benchmarks read.
 start_warren() {
   local binary
   binary="$(warren_binary)"
@@ -150,9 +151,12 @@ start_warren() {
   warren_data_dir="$work_dir/warren/data"
   warren_log="$work_dir/warren/broker.log"
   mkdir -p "$warren_data_dir"
+  local config=()
+  [[ -z "$warren_config" ]] || config=(--config "$warren_config")
   echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren"
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
-    --amqp-port "$warren_port" --data-dir "$warren_data_dir" >"$warren_log" 2>&1 </dev/null &
+    --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
+    >"$warren_log" 2>&1 </dev/null &
   warren_pid=$!
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
     if kill -0 "$warren_pid" 2>/dev/null; then
