@@ -29,6 +29,8 @@ use crate::recovery::{self, Recovered};
 /// Threads that fsync: a group that forms while one fsync runs starts its own at once
 /// instead of waiting for it (each waits only for the fsync that covers its records).
 const SYNC_THREADS: usize = 2;
+/// Messages a group needs before it gets an fsync of its own while another runs.
+const SYNC_OVERLAP_MIN_MESSAGES: u64 = 64;
 /// How often the sync thread logs its figures while busy.
 const STATS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -81,7 +83,20 @@ struct SyncState {
     /// Segments written since the last fsync.
     dirty: Vec<(u32, Arc<File>)>,
     durable_messages: u64,
+    /// fsyncs running now.
+    in_flight: usize,
     shutdown: bool,
+}
+
+impl SyncState {
+    /// Whether a sync thread should start an fsync for the waiting group now: when none runs,
+    /// or when the group is large enough to be worth a second fsync beside the running one
+    /// (small groups wait and join the next, so a trickle of publishes does not turn into a
+    /// storm of fsyncs).
+    fn group_ready(&self) -> bool {
+        !self.waiters.is_empty()
+            && (self.in_flight == 0 || self.durable_messages >= SYNC_OVERLAP_MIN_MESSAGES)
+    }
 }
 
 #[derive(Default)]
@@ -385,18 +400,16 @@ fn sync_loop(shared: &Arc<Shared>, reports: bool) {
     loop {
         let (waiters, dirty, messages) = {
             let mut sync = shared.sync.lock();
-            while sync.waiters.is_empty() && !sync.shutdown {
+            if !sync.group_ready() && !sync.shutdown {
                 shared.sync_wake.wait_for(&mut sync, STATS_INTERVAL);
-                if sync.waiters.is_empty() {
-                    break;
-                }
             }
             if sync.shutdown && sync.waiters.is_empty() {
                 return;
             }
-            if sync.waiters.is_empty() {
+            if !sync.group_ready() && !sync.shutdown {
                 (Vec::new(), Vec::new(), 0)
             } else {
+                sync.in_flight += 1;
                 (
                     std::mem::take(&mut sync.waiters),
                     std::mem::take(&mut sync.dirty),
@@ -417,6 +430,8 @@ fn sync_loop(shared: &Arc<Shared>, reports: bool) {
                         .fail(&format!("fsync of {} failed: {error}", path.display()));
                 }
             }
+            shared.sync.lock().in_flight -= 1;
+            shared.sync_wake.notify_one(); // the group that waited for this one
             let count = waiters.len();
             for waiter in waiters {
                 waiter(ok);
