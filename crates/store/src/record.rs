@@ -11,6 +11,18 @@
 //!   deleted   (4):                the queue was deleted; earlier records of it are void
 //! ```
 //!
+//! A sealed segment gets an index file beside it (`<segment>.idx`, starting with
+//! [`INDEX_MAGIC`]): the same records in the same framing, except that each enqueue becomes
+//! an `indexed` record naming where the enqueue sits, and an `end` record closes it:
+//!
+//! ```text
+//!   indexed   (5): seq:u64le  flags:u8  offset:u32le  len:u32le
+//!   end       (6): records:u64le   how many records precede it (0 for the queue field)
+//! ```
+//!
+//! Recovery reads the index instead of the segment, so a restart reads a few dozen bytes per
+//! message instead of every message body; bodies are checked when they are read back.
+//!
 //! Every record is self-checking, so a torn tail or a flipped byte is found by its checksum
 //! and the reader can resynchronise on the next record that checks.
 
@@ -18,6 +30,8 @@ use std::fmt;
 
 /// First bytes of every segment file (format version 1).
 pub const SEGMENT_MAGIC: &[u8; 8] = b"WRNSTOR1";
+/// First bytes of every index file.
+pub const INDEX_MAGIC: &[u8; 8] = b"WRNIDX01";
 /// Bytes before a record's payload: its length and checksum.
 pub const RECORD_HEADER_LEN: usize = 8;
 /// Payload bytes of an enqueue record before the message: kind, queue, seq, flags.
@@ -30,6 +44,8 @@ const KIND_ENQUEUE: u8 = 1;
 const KIND_ACK: u8 = 2;
 const KIND_DELIVERED: u8 = 3;
 const KIND_DELETED: u8 = 4;
+const KIND_INDEXED: u8 = 5;
+const KIND_INDEX_END: u8 = 6;
 
 /// Enqueue flag: the message must survive a restart (persistent message, durable queue).
 /// Without it the record only pages a message out of memory and recovery ignores it.
@@ -74,6 +90,18 @@ pub enum Record {
     },
     QueueDeleted {
         queue: u64,
+    },
+    /// An enqueue as an index file names it.
+    Indexed {
+        queue: u64,
+        seq: u64,
+        flags: u8,
+        offset: u32,
+        len: u32,
+    },
+    /// The last record of a complete index file.
+    IndexEnd {
+        records: u64,
     },
 }
 
@@ -155,12 +183,85 @@ fn decode_payload(payload: &[u8], base: usize) -> Option<Record> {
             up_to: u64_at(rest, 0)?,
         }),
         KIND_DELETED if rest.is_empty() => Some(Record::QueueDeleted { queue }),
+        KIND_INDEXED if rest.len() == 8 + 1 + 4 + 4 => Some(Record::Indexed {
+            queue,
+            seq: u64_at(rest, 0)?,
+            flags: rest[8],
+            offset: u32::from_le_bytes(rest[9..13].try_into().ok()?),
+            len: u32::from_le_bytes(rest[13..17].try_into().ok()?),
+        }),
+        KIND_INDEX_END if rest.len() == 8 => Some(Record::IndexEnd {
+            records: u64_at(rest, 0)?,
+        }),
         _ => None,
     }
 }
 
 fn u64_at(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Appends one framed record: header, `kind`, `queue`, then what `body` writes.
+fn encode(out: &mut Vec<u8>, kind: u8, queue: u64, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; RECORD_HEADER_LEN]);
+    out.push(kind);
+    out.extend_from_slice(&queue.to_le_bytes());
+    body(out);
+    let payload = &out[start + RECORD_HEADER_LEN..];
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let crc = crc32c::crc32c(payload);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends the index form of the encoded record `bytes`, which sits at `offset` of its
+/// segment: an enqueue becomes an `indexed` record, anything else is copied as it is.
+pub(crate) fn index_entry(bytes: &[u8], offset: usize, out: &mut Vec<u8>) {
+    let payload = &bytes[RECORD_HEADER_LEN..];
+    if payload.first() != Some(&KIND_ENQUEUE) || payload.len() < ENQUEUE_PREFIX_LEN {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    let queue = u64_at(payload, 1).unwrap_or(0);
+    encode(out, KIND_INDEXED, queue, |b| {
+        b.extend_from_slice(&payload[9..ENQUEUE_PREFIX_LEN]); // seq, flags
+        b.extend_from_slice(&(offset as u32).to_le_bytes());
+        b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    });
+}
+
+/// Appends the index form of a decoded segment record at `location`.
+pub(crate) fn index_record(record: &Record, location: Location, out: &mut Vec<u8>) {
+    match record {
+        Record::Enqueue {
+            queue, seq, flags, ..
+        } => encode(out, KIND_INDEXED, *queue, |b| {
+            b.extend_from_slice(&seq.to_le_bytes());
+            b.push(*flags);
+            b.extend_from_slice(&location.offset.to_le_bytes());
+            b.extend_from_slice(&location.len.get().to_le_bytes());
+        }),
+        Record::Ack { queue, ranges } => encode(out, KIND_ACK, *queue, |b| {
+            b.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+            for (first, last) in ranges {
+                b.extend_from_slice(&first.to_le_bytes());
+                b.extend_from_slice(&last.to_le_bytes());
+            }
+        }),
+        Record::Delivered { queue, up_to } => encode(out, KIND_DELIVERED, *queue, |b| {
+            b.extend_from_slice(&up_to.to_le_bytes())
+        }),
+        Record::QueueDeleted { queue } => encode(out, KIND_DELETED, *queue, |_| {}),
+        Record::Indexed { .. } | Record::IndexEnd { .. } => {}
+    }
+}
+
+/// Closes an index with the count of its records.
+pub(crate) fn index_end(records: u64, out: &mut Vec<u8>) {
+    encode(out, KIND_INDEX_END, 0, |b| {
+        b.extend_from_slice(&records.to_le_bytes())
+    });
 }
 
 /// Called once the records it was attached to are on disk (`true`) or can never be

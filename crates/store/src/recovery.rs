@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::record::{self, Location, Record, FLAG_DURABLE, SEGMENT_MAGIC};
-use crate::store::segment_path;
+use crate::record::{self, Location, Record, FLAG_DURABLE, INDEX_MAGIC, SEGMENT_MAGIC};
+use crate::store::{index_path, segment_path};
 
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -247,6 +247,97 @@ fn read_segment(dir: &Path, segment: u32, buf: &mut Vec<u8>) -> io::Result<Segme
             format!("cannot read {}: {error}", path.display()),
         )
     })?;
+    if let Some(records) = read_index(dir, segment) {
+        return Ok(SegmentRecords { file, records });
+    }
+    let read = scan_segment(&path, segment, file, buf)?;
+    write_index(dir, segment, &read.records);
+    Ok(read)
+}
+
+/// The records of a segment from its index file, when it has a complete one.
+fn read_index(dir: &Path, segment: u32) -> Option<Vec<(Record, Location)>> {
+    let path = index_path(dir, segment);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            tracing::warn!(
+                "message store: cannot read {}: {error}; reading the segment",
+                path.display()
+            );
+            return None;
+        }
+    };
+    let unusable = |at: usize, why: &dyn std::fmt::Display| {
+        tracing::warn!(
+            "message store: {} at offset {at}: {why}; reading the segment instead",
+            path.display()
+        );
+        None
+    };
+    if !bytes.starts_with(INDEX_MAGIC) {
+        return unusable(0, &"not an index file");
+    }
+    let mut at = INDEX_MAGIC.len();
+    let mut records = Vec::new();
+    while at < bytes.len() {
+        let (record, len) = match record::decode(&bytes, at) {
+            Ok(decoded) => decoded,
+            Err(error) => return unusable(at, &error),
+        };
+        at += len;
+        match record {
+            Record::IndexEnd { records: count } if at == bytes.len() => {
+                if count != records.len() as u64 {
+                    return unusable(at - len, &"record count does not match");
+                }
+                return Some(records);
+            }
+            Record::IndexEnd { .. } => return unusable(at - len, &"end record before the end"),
+            Record::Indexed {
+                queue,
+                seq,
+                flags,
+                offset,
+                len,
+            } => {
+                let location = Location::new(segment, offset as usize, len as usize);
+                let enqueue = Record::Enqueue {
+                    queue,
+                    seq,
+                    flags,
+                    message: 0..0,
+                };
+                records.push((enqueue, location));
+            }
+            Record::Enqueue { .. } => return unusable(at - len, &"an enqueue with its message"),
+            other => records.push((other, Location::new(segment, 0, 1))),
+        }
+    }
+    unusable(at, &"no end record (cut short)")
+}
+
+/// Writes the index of a segment read in full, so the next start reads the index.
+fn write_index(dir: &Path, segment: u32, records: &[(Record, Location)]) {
+    let mut bytes = INDEX_MAGIC.to_vec();
+    for (record, location) in records {
+        record::index_record(record, *location, &mut bytes);
+    }
+    record::index_end(records.len() as u64, &mut bytes);
+    if let Err(error) = crate::store::write_index_file(dir, segment, &bytes) {
+        tracing::warn!("message store: cannot write the index of segment {segment}: {error}");
+    }
+}
+
+/// Reads a whole segment, checking every record.
+fn scan_segment(
+    path: &Path,
+    segment: u32,
+    file: File,
+    buf: &mut Vec<u8>,
+) -> io::Result<SegmentRecords> {
+    let path = path.to_path_buf();
     let len = file.metadata()?.len() as usize;
     let mut records = Vec::new();
     let mut base = 0; // file offset of buf[0]
@@ -397,5 +488,6 @@ fn apply(record: Record, location: Location, queues: &mut FxHashMap<u64, QueueSc
         Record::QueueDeleted { queue } => {
             queues.remove(&queue);
         }
+        Record::Indexed { .. } | Record::IndexEnd { .. } => {} // index files only
     }
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::record::{self, Location, RecordBatch, Waiter, SEGMENT_MAGIC};
+use crate::record::{self, Location, RecordBatch, Waiter, INDEX_MAGIC, SEGMENT_MAGIC};
 use crate::recovery::{self, Recovered};
 
 /// Threads that fsync: a group that forms while one fsync runs starts its own at once
@@ -75,6 +75,9 @@ struct Writer {
     allocated: u64,
     /// Live enqueue records per segment.
     live: BTreeMap<u32, u64>,
+    /// The active segment's index (see `record`), written when it is sealed.
+    index: Vec<u8>,
+    index_records: u64,
 }
 
 #[derive(Default)]
@@ -141,6 +144,8 @@ impl Store {
                 len: SEGMENT_MAGIC.len() as u64,
                 allocated: SEGMENT_MAGIC.len() as u64,
                 live,
+                index: INDEX_MAGIC.to_vec(),
+                index_records: 0,
             }),
             files: RwLock::new(files),
             sync: Mutex::new(SyncState::default()),
@@ -240,6 +245,9 @@ impl Store {
             let segment = writer.active;
             let mut offset = start;
             for &(record_end, enqueue) in &batch.records[record..end] {
+                let at = base as usize + (offset - start);
+                record::index_entry(&batch.buf[offset..record_end], at, &mut writer.index);
+                writer.index_records += 1;
                 if enqueue {
                     let at = base as usize + (offset - start);
                     locations.push(Location::new(segment, at, record_end - offset));
@@ -284,7 +292,7 @@ impl Store {
     }
 
     fn rotate(&self, writer: &mut Writer) -> io::Result<()> {
-        writer.file.set_len(writer.len)?; // drop the unused preallocated zeros
+        self.seal(writer)?;
         let next = writer.active + 1;
         let file = Arc::new(create_segment(&self.0.dir, next)?);
         File::open(&self.0.dir)?.sync_all()?; // the new name survives a power loss
@@ -298,6 +306,21 @@ impl Store {
         Ok(())
     }
 
+    /// Finishes the active segment: drops its unused preallocated zeros and writes its index.
+    fn seal(&self, writer: &mut Writer) -> io::Result<()> {
+        writer.file.set_len(writer.len)?;
+        let mut index = std::mem::replace(&mut writer.index, INDEX_MAGIC.to_vec());
+        record::index_end(std::mem::take(&mut writer.index_records), &mut index);
+        if let Err(error) = write_index_file(&self.0.dir, writer.active, &index) {
+            // Not fatal: recovery reads the segment itself instead.
+            tracing::warn!(
+                "message store: cannot write the index of segment {}: {error}",
+                writer.active
+            );
+        }
+        Ok(())
+    }
+
     /// Deletes the oldest segments while they hold no live message.
     fn reclaim(&self, writer: &mut Writer) {
         while let Some((&segment, &live)) = writer.live.first_key_value() {
@@ -306,6 +329,7 @@ impl Store {
             }
             writer.live.remove(&segment);
             self.0.files.write().remove(&segment);
+            let _ = fs::remove_file(index_path(&self.0.dir, segment));
             let path = segment_path(&self.0.dir, segment);
             match fs::remove_file(&path) {
                 Ok(()) => tracing::debug!(path = %path.display(), "message store: segment reclaimed"),
@@ -387,8 +411,10 @@ impl Store {
     /// Refuses further appends and stops the sync thread once it ran every waiter.
     pub fn close(&self) {
         // Taking the writer lock waits for an append in progress.
-        let _writer = self.0.writer.lock();
-        self.0.closed.store(true, Ordering::Release);
+        let mut writer = self.0.writer.lock();
+        if !self.0.closed.swap(true, Ordering::AcqRel) {
+            let _ = self.seal(&mut writer); // a clean stop leaves every segment indexed
+        }
         self.0.sync.lock().shutdown = true;
         self.0.sync_wake.notify_all();
     }
@@ -496,6 +522,18 @@ fn preallocate(writer: &mut Writer, need: u64, segment_bytes: u64) -> io::Result
     }
     writer.allocated = target;
     Ok(())
+}
+
+pub(crate) fn index_path(dir: &Path, segment: u32) -> PathBuf {
+    dir.join(format!("{segment:020}.idx"))
+}
+
+/// Writes an index file whole (temporary name, then rename): a reader sees all of it or none.
+pub(crate) fn write_index_file(dir: &Path, segment: u32, bytes: &[u8]) -> io::Result<()> {
+    let path = index_path(dir, segment);
+    let tmp = path.with_extension("idx.tmp");
+    fs::write(&tmp, bytes)?;
+    fs::rename(&tmp, &path)
 }
 
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {

@@ -30,7 +30,22 @@ fn enqueue(
 }
 
 fn segment_files(dir: &Path) -> usize {
-    fs::read_dir(dir.join("store")).unwrap().count()
+    fs::read_dir(dir.join("store"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "seg")
+        })
+        .count()
+}
+
+/// A crash: the store stops without sealing its active segment (no index, zeros after the
+/// data). Its threads idle until the test ends.
+fn crash(store: Store) {
+    drop(store);
 }
 
 #[test]
@@ -174,7 +189,7 @@ fn a_corrupt_record_is_skipped_and_the_rest_recovered() {
     let locations = {
         let (store, _) = open(dir.path(), 1 << 20);
         let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
-        store.close();
+        crash(store);
         locations
     };
     let path = segment_path(&dir.path().join("store"), locations[0].segment);
@@ -340,7 +355,7 @@ fn segments_larger_than_a_read_chunk_recover_whole_also_with_huge_records() {
             store.append(&mut batch, &mut written).unwrap();
             locations.extend(written);
         }
-        store.close();
+        crash(store);
         locations
     };
     let (store, mut recovered) = open(dir.path(), 256 << 20);
@@ -354,10 +369,11 @@ fn segments_larger_than_a_read_chunk_recover_whole_also_with_huge_records() {
         store.read(queue.messages[2999].location).unwrap(),
         body(3000)
     );
-    store.close();
-    drop(store);
+    crash(store);
 
-    // A flipped byte past the first chunks: only that record is lost.
+    // A flipped byte past the first chunks: only that record is lost (the index written by
+    // the last start is removed so the segment is read again).
+    fs::remove_file(index_path(&dir.path().join("store"), locations[0].segment)).unwrap();
     let path = segment_path(&dir.path().join("store"), locations[0].segment);
     let mut bytes = fs::read(&path).unwrap();
     let victim = locations[4500];
@@ -381,7 +397,7 @@ fn a_torn_write_into_preallocated_space_loses_only_that_record() {
     let locations = {
         let (store, _) = open(dir.path(), 1 << 20);
         let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
-        store.close();
+        crash(store);
         locations
     };
     let path = segment_path(&dir.path().join("store"), locations[0].segment);
@@ -404,4 +420,62 @@ fn a_torn_write_into_preallocated_space_loses_only_that_record() {
         .map(|m| m.seq)
         .collect();
     assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
+}
+
+#[test]
+fn sealed_segments_recover_from_their_index_and_bodies_are_checked_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let locations = {
+        let (store, _) = open(dir.path(), 1 << 20);
+        let locations = enqueue(&store, 1, 1..=20, FLAG_DURABLE);
+        let mut batch = RecordBatch::new();
+        batch.ack(1, &mut [1, 2]);
+        batch.forget(locations[0]);
+        batch.forget(locations[1]);
+        batch.delivered(1, 5);
+        store.append(&mut batch, &mut Vec::new()).unwrap();
+        store.close();
+        locations
+    };
+    let segment = locations[0].segment;
+    assert!(
+        index_path(&store_dir, segment).exists(),
+        "a clean stop seals the active segment"
+    );
+    // Damage a body: the index does not notice, the read does.
+    let path = segment_path(&store_dir, segment);
+    let mut bytes = fs::read(&path).unwrap();
+    let victim = locations[9];
+    bytes[victim.offset as usize + victim.len.get() as usize - 1] ^= 1;
+    fs::write(&path, &bytes).unwrap();
+    let (store, mut recovered) = open(dir.path(), 1 << 20);
+    let queue = recovered.take(1).unwrap();
+    let seqs: Vec<u64> = queue.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (3..=20).collect::<Vec<_>>());
+    assert!(queue.messages.iter().all(|m| m.redelivered == (m.seq <= 5)));
+    let error = store.read(queue.messages[7].location).unwrap_err();
+    assert!(error.to_string().contains("offset"), "{error}");
+    assert_eq!(
+        &store.read(queue.messages[8].location).unwrap()[..],
+        b"message 11"
+    );
+    crash(store);
+
+    // A damaged index is not trusted: the segment is read instead (and the body damage found).
+    let index = index_path(&store_dir, segment);
+    let mut bytes = fs::read(&index).unwrap();
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0xff;
+    fs::write(&index, &bytes).unwrap();
+    let (_, mut recovered) = open(dir.path(), 1 << 20);
+    let seqs: Vec<u64> = recovered
+        .take(1)
+        .unwrap()
+        .messages
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    let expected: Vec<u64> = (3..=20).filter(|&s| s != 10).collect();
+    assert_eq!(seqs, expected);
 }
