@@ -459,14 +459,14 @@ fn sync_loop(shared: &Arc<Shared>, reports: bool) {
             shared.sync.lock().in_flight -= 1;
             shared.sync_wake.notify_one(); // the group that waited for this one
             let count = waiters.len();
-            for waiter in waiters {
-                waiter(ok);
-            }
             shared.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
             shared
                 .stats
                 .synced_messages
                 .fetch_add(messages, Ordering::Relaxed);
+            for waiter in waiters {
+                waiter(ok);
+            }
             tracing::trace!(waiters = count, messages, "message store: fsync");
         }
         let elapsed = last_report.elapsed();
