@@ -470,20 +470,16 @@ impl ClassicQueue {
         }
         let persist = self.persist.as_ref()?;
         let location = ready.stored.location?;
-        match persist.store.read(location) {
-            Ok(bytes) => {
-                let message = Message::decode_stored(bytes).map(Arc::new);
-                if message.is_none() {
-                    tracing::error!(
-                        "{}: stored message {} is not a message; dropped",
-                        self.handle.def().resource(),
-                        ready.seq
-                    );
-                    let stored = ready.stored.clone();
-                    self.forget(ready.seq, &stored);
-                }
-                ready.stored.message = message.clone();
-                message
+        let read = persist.store.read(location).and_then(|bytes| {
+            Message::decode_stored(bytes).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "not a stored message")
+            })
+        });
+        match read {
+            Ok(message) => {
+                let message = Arc::new(message);
+                ready.stored.message = Some(message.clone());
+                Some(message)
             }
             Err(error) => {
                 tracing::error!(
