@@ -662,6 +662,10 @@ impl ClassicQueue {
         }
         self.mark_delivered();
         self.flush_staged();
+        // A drained backlog gives its index memory back.
+        if self.ready.capacity() > 4096 && self.ready.len() < self.ready.capacity() / 4 {
+            self.ready.shrink_to(self.ready.len() * 2);
+        }
         if self.ready_count() < before {
             self.last_dispatch = Instant::now();
         }
