@@ -30,7 +30,7 @@ use crate::recovery::{self, Recovered};
 /// instead of waiting for it (each waits only for the fsync that covers its records).
 const SYNC_THREADS: usize = 2;
 /// Messages a group needs before it gets an fsync of its own while another runs.
-const SYNC_OVERLAP_MIN_MESSAGES: u64 = 64;
+const SYNC_OVERLAP_MIN_MESSAGES: u64 = 16;
 /// How often the sync thread logs its figures while busy.
 const STATS_INTERVAL: Duration = Duration::from_secs(5);
 
