@@ -1,0 +1,421 @@
+//! `Connection`: one AMQP 0.9.1 client connection over TCP, on Warren's own codec. It does the
+//! handshake (PLAIN), synchronous calls for setup (channel.open, declares, qos), heartbeats, and
+//! owns the two large buffers that the publisher and consumer fast paths work in.
+//!
+//! Setup calls wait at most `STEP_TIMEOUT` for each answer, so a silent broker fails the run
+//! with a message instead of hanging it.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use warren_proto::amqp091::{
+    self as wire, decode_frame, encode_heartbeat, encode_method_frame, ConnectionClose,
+    ConnectionOpen, ConnectionStartOk, ConnectionTuneOk, FieldTable, FieldValue, Frame, Method,
+    ShortStr, PROTOCOL_HEADER,
+};
+
+use crate::error::PerfError;
+use crate::uri::Endpoint;
+
+/// Longest wait for any single setup step (TCP connect, each handshake frame, each call).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read buffer: deliveries are decoded from reads of up to this many bytes.
+pub const READ_BUFFER_BYTES: usize = 512 * 1024;
+/// A read is issued only with at least this much room left in the read buffer.
+const READ_ROOM_MIN_BYTES: usize = 64 * 1024;
+/// Write buffer capacity reserved up front (publishes are flushed before it grows past this).
+pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// frame_max asked for when the broker proposes no limit.
+const FRAME_MAX_DEFAULT: u32 = 131_072;
+
+/// An open AMQP 0.9.1 connection.
+pub struct Connection {
+    pub(crate) socket: TcpStream,
+    pub(crate) read_buf: BytesMut,
+    pub(crate) write_buf: BytesMut,
+    pub(crate) frame_max: u32,
+    /// Negotiated heartbeat interval; zero when disabled.
+    heartbeat: Duration,
+    last_write: Instant,
+    /// `host:port`, for messages.
+    pub(crate) address: String,
+}
+
+impl Connection {
+    /// Connects and handshakes: PLAIN login, tune (heartbeat as asked, frame_max as the broker
+    /// proposes), then opens the endpoint's vhost.
+    pub async fn open(endpoint: &Endpoint, heartbeat_s: u16) -> Result<Connection, PerfError> {
+        let address = endpoint.address();
+        let socket = connect(&address).await?;
+        let mut connection = Connection {
+            socket,
+            read_buf: BytesMut::with_capacity(READ_BUFFER_BYTES),
+            write_buf: BytesMut::with_capacity(WRITE_BUFFER_BYTES),
+            frame_max: wire::FRAME_MIN_SIZE,
+            heartbeat: Duration::ZERO,
+            last_write: Instant::now(),
+            address,
+        };
+        connection.handshake(endpoint, heartbeat_s).await?;
+        Ok(connection)
+    }
+
+    async fn handshake(&mut self, endpoint: &Endpoint, heartbeat_s: u16) -> Result<(), PerfError> {
+        self.write_buf.extend_from_slice(&PROTOCOL_HEADER);
+        self.flush_all().await?;
+        let start = match self.next_method(0, "the handshake").await? {
+            Method::ConnectionStart(start) => start,
+            other => return Err(self.unexpected("connection.start", &other)),
+        };
+        if !String::from_utf8_lossy(&start.mechanisms)
+            .split(' ')
+            .any(|m| m == "PLAIN")
+        {
+            return Err(PerfError::Connect(format!(
+                "the broker at {} does not offer PLAIN login (it offers: {})",
+                self.address,
+                String::from_utf8_lossy(&start.mechanisms)
+            )));
+        }
+        let response = format!("\0{}\0{}", endpoint.user, endpoint.password);
+        self.send(
+            0,
+            &Method::ConnectionStartOk(ConnectionStartOk {
+                client_properties: client_properties(),
+                mechanism: ShortStr::from_static("PLAIN"),
+                response: Bytes::from(response),
+                locale: ShortStr::from_static("en_US"),
+            }),
+        );
+        self.flush_all().await?;
+        let tune = match self.next_method(0, "login").await {
+            Ok(Method::ConnectionTune(tune)) => tune,
+            Ok(other) => return Err(self.unexpected("connection.tune", &other)),
+            Err(error) => return Err(self.login_error(endpoint, error)),
+        };
+        self.tune(endpoint, &tune, heartbeat_s);
+        self.send(
+            0,
+            &Method::ConnectionOpen(ConnectionOpen {
+                virtual_host: ShortStr::from(endpoint.vhost.as_str()),
+                ..Default::default()
+            }),
+        );
+        self.flush_all().await?;
+        match self
+            .next_method(0, &format!("opening vhost '{}'", endpoint.vhost))
+            .await?
+        {
+            Method::ConnectionOpenOk(_) => Ok(()),
+            other => Err(self.unexpected("connection.open-ok", &other)),
+        }
+    }
+
+    /// Answers connection.tune: frame_max and channel_max as the broker proposes (or lower if
+    /// the URI asks), heartbeat as this run asks.
+    fn tune(&mut self, endpoint: &Endpoint, tune: &wire::ConnectionTune, heartbeat_s: u16) {
+        let proposed_frame_max = if tune.frame_max == 0 {
+            FRAME_MAX_DEFAULT
+        } else {
+            tune.frame_max
+        };
+        let frame_max = endpoint
+            .frame_max
+            .map_or(proposed_frame_max, |asked| asked.min(proposed_frame_max))
+            .max(wire::FRAME_MIN_SIZE);
+        let channel_max = match (tune.channel_max, endpoint.channel_max) {
+            (0, Some(asked)) => asked,
+            (proposed, Some(asked)) => proposed.min(asked),
+            (proposed, None) => proposed,
+        };
+        self.frame_max = frame_max;
+        self.heartbeat = Duration::from_secs(u64::from(heartbeat_s));
+        self.send(
+            0,
+            &Method::ConnectionTuneOk(ConnectionTuneOk {
+                channel_max,
+                frame_max,
+                heartbeat: heartbeat_s,
+            }),
+        );
+    }
+
+    fn login_error(&self, endpoint: &Endpoint, error: PerfError) -> PerfError {
+        match error {
+            PerfError::Broker(text) | PerfError::Protocol(text) => PerfError::Connect(format!(
+                "access refused for user '{}' at {}: {text}; check the user and password in the \
+                 URI (RabbitMQ's guest user may only connect from localhost)",
+                endpoint.user, self.address
+            )),
+            other => other,
+        }
+    }
+
+    /// Appends a method frame to the write buffer.
+    pub fn send(&mut self, channel: u16, method: &Method) {
+        encode_method_frame(channel, method, &mut self.write_buf);
+    }
+
+    /// Writes the whole write buffer (setup path; the fast paths write on their own).
+    pub async fn flush_all(&mut self) -> Result<(), PerfError> {
+        if self.write_buf.is_empty() {
+            return Ok(());
+        }
+        let write = self.socket.write_all(&self.write_buf);
+        match tokio::time::timeout(STEP_TIMEOUT, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(self.io_error(&error)),
+            Err(_) => return Err(self.stalled("writing")),
+        }
+        self.write_buf.clear();
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    /// Sends `method` on `channel` and waits for the answer on that channel; `what` says what
+    /// the call does, for error texts ("declaring queue 'orders'").
+    pub async fn call(
+        &mut self,
+        channel: u16,
+        method: &Method,
+        what: &str,
+    ) -> Result<Method, PerfError> {
+        self.send(channel, method);
+        self.flush_all().await?;
+        self.next_method(channel, what).await
+    }
+
+    /// The next method frame on `channel`, skipping heartbeats. A close from the broker becomes
+    /// an error naming `what` was being done.
+    async fn next_method(&mut self, channel: u16, what: &str) -> Result<Method, PerfError> {
+        loop {
+            let frame = self.next_frame().await.map_err(|error| match error {
+                PerfError::Connect(text) => PerfError::Connect(format!("{what}: {text}")),
+                other => other,
+            })?;
+            match frame {
+                Frame::Heartbeat { .. } => continue,
+                Frame::Method {
+                    method: Method::ConnectionClose(close),
+                    ..
+                } => {
+                    self.send(0, &Method::ConnectionCloseOk(wire::ConnectionCloseOk));
+                    let _ = self.flush_all().await;
+                    return Err(closed_error(
+                        what,
+                        "the connection",
+                        &close.reply_code,
+                        &close.reply_text,
+                    ));
+                }
+                Frame::Method {
+                    channel: c,
+                    method: Method::ChannelClose(close),
+                } => {
+                    self.send(c, &Method::ChannelCloseOk(wire::ChannelCloseOk));
+                    let _ = self.flush_all().await;
+                    let target = format!("channel {c}");
+                    return Err(closed_error(
+                        what,
+                        &target,
+                        &close.reply_code,
+                        &close.reply_text,
+                    ));
+                }
+                Frame::Method { channel: c, method } if c == channel => return Ok(method),
+                other => {
+                    return Err(PerfError::Protocol(format!(
+                        "{what}: unexpected frame from {}: {other:?}",
+                        self.address
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The next frame, reading the socket as needed (setup path, bounded by `STEP_TIMEOUT`).
+    pub async fn next_frame(&mut self) -> Result<Frame, PerfError> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            if let Some(frame) = self.decode_buffered()? {
+                return Ok(frame);
+            }
+            match tokio::time::timeout_at(deadline, self.read_more()).await {
+                Ok(result) => result?,
+                Err(_) => return Err(self.stalled("waiting for an answer")),
+            }
+        }
+    }
+
+    /// Decodes one frame from the read buffer, if a whole one is there.
+    pub fn decode_buffered(&mut self) -> Result<Option<Frame>, PerfError> {
+        if self.read_buf.starts_with(b"AMQP") && self.read_buf.len() >= 8 {
+            return Err(PerfError::Connect(format!(
+                "the server at {} answered with protocol header {:?}: it does not speak \
+                 AMQP 0-9-1",
+                self.address,
+                self.read_buf.get(..8).unwrap_or_default()
+            )));
+        }
+        decode_frame(&mut self.read_buf, self.frame_max).map_err(|error| {
+            PerfError::Protocol(format!("malformed frame from {}: {error}", self.address))
+        })
+    }
+
+    /// Reads once into the read buffer (at least `READ_ROOM_MIN_BYTES` of room). EOF is an error.
+    pub async fn read_more(&mut self) -> Result<(), PerfError> {
+        if self.read_buf.capacity() - self.read_buf.len() < READ_ROOM_MIN_BYTES {
+            self.read_buf.reserve(READ_BUFFER_BYTES);
+        }
+        match self.socket.read_buf(&mut self.read_buf).await {
+            Ok(0) => Err(PerfError::Connect(format!(
+                "the broker at {} closed the connection",
+                self.address
+            ))),
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.io_error(&error)),
+        }
+    }
+
+    /// Appends a heartbeat frame when nothing was written for half the heartbeat interval.
+    pub fn heartbeat_if_due(&mut self, now: Instant) {
+        if !self.heartbeat.is_zero() && now.duration_since(self.last_write) >= self.heartbeat / 2 {
+            encode_heartbeat(&mut self.write_buf);
+            self.last_write = now;
+        }
+    }
+
+    /// Records that the fast path wrote to the socket (for heartbeats).
+    pub fn wrote(&mut self, now: Instant) {
+        self.last_write = now;
+    }
+
+    /// Sends connection.close and waits (bounded) for close-ok, skipping whatever else arrives.
+    pub async fn close(mut self) -> Result<(), PerfError> {
+        self.send(
+            0,
+            &Method::ConnectionClose(ConnectionClose {
+                reply_code: wire::reply_code::REPLY_SUCCESS,
+                reply_text: ShortStr::from_static("warren perf done"),
+                class_id: 0,
+                method_id: 0,
+            }),
+        );
+        self.flush_all().await?;
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            while let Some(frame) = self.decode_buffered()? {
+                if let Frame::Method {
+                    method: Method::ConnectionCloseOk(_),
+                    ..
+                } = frame
+                {
+                    return Ok(());
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.read_more()).await {
+                Ok(Ok(())) => {}
+                // the broker may close the socket right after close-ok, or before
+                Ok(Err(_)) => return Ok(()),
+                Err(_) => return Err(self.stalled("closing")),
+            }
+        }
+    }
+
+    pub(crate) fn io_error(&self, error: &std::io::Error) -> PerfError {
+        PerfError::Connect(format!(
+            "the connection to {} failed: {error}",
+            self.address
+        ))
+    }
+
+    fn stalled(&self, doing: &str) -> PerfError {
+        PerfError::Connect(format!(
+            "the broker at {} did not answer within {} s while {doing}",
+            self.address,
+            STEP_TIMEOUT.as_secs()
+        ))
+    }
+
+    fn unexpected(&self, expected: &str, got: &Method) -> PerfError {
+        PerfError::Protocol(format!(
+            "expected {expected} from {}, got {}",
+            self.address,
+            got.name()
+        ))
+    }
+}
+
+/// TCP connect with a bounded wait and errors that say what to check.
+async fn connect(address: &str) -> Result<TcpStream, PerfError> {
+    let socket = match tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(address)).await {
+        Ok(Ok(socket)) => socket,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(PerfError::Connect(format!(
+                "cannot connect to {address}: connection refused: is the broker running on \
+                 {address}?"
+            )))
+        }
+        Ok(Err(error)) => {
+            return Err(PerfError::Connect(format!(
+                "cannot connect to {address}: {error} (check the host and port in -h/--uri; \
+                 too many open files means raising ulimit -n)"
+            )))
+        }
+        Err(_) => {
+            return Err(PerfError::Connect(format!(
+                "cannot connect to {address}: no answer within {} s",
+                STEP_TIMEOUT.as_secs()
+            )))
+        }
+    };
+    // Publishes and acks are batched by the tool itself; Nagle would only add delay.
+    socket
+        .set_nodelay(true)
+        .map_err(|error| PerfError::io(&format!("setting TCP_NODELAY on {address}"), &error))?;
+    Ok(socket)
+}
+
+/// "declaring queue 'q': the broker closed channel 1: 404 NOT_FOUND - no queue 'q'..."
+fn closed_error(what: &str, target: &str, code: &u16, text: &ShortStr) -> PerfError {
+    let hint = match *code {
+        wire::reply_code::NOT_FOUND => {
+            " (with -p/--predeclared the queues and exchange must exist)"
+        }
+        wire::reply_code::ACCESS_REFUSED => " (check the user's permissions on the vhost)",
+        wire::reply_code::NOT_ALLOWED => " (does the vhost exist, and may the user use it?)",
+        wire::reply_code::PRECONDITION_FAILED => {
+            " (an existing queue or exchange has other properties: delete it or match them)"
+        }
+        _ => "",
+    };
+    PerfError::Broker(format!(
+        "{what}: the broker closed {target}: {code} {text}{hint}"
+    ))
+}
+
+/// Properties sent in start-ok: who we are and the RabbitMQ extensions we handle.
+fn client_properties() -> FieldTable {
+    let mut capabilities = FieldTable::default();
+    for name in [
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "exchange_exchange_bindings",
+    ] {
+        capabilities.insert(name, FieldValue::Bool(true));
+    }
+    let mut properties = FieldTable::default();
+    let text = |s: &'static str| FieldValue::LongStr(Bytes::from_static(s.as_bytes()));
+    properties.insert("product", text("warren perf"));
+    properties.insert("version", text(env!("CARGO_PKG_VERSION")));
+    properties.insert("platform", text("Rust"));
+    properties.insert("capabilities", FieldValue::Table(capabilities));
+    properties
+}
