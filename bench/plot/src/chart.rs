@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -73,13 +74,41 @@ pub struct Layout {
 /// Draws `series` as lines into a PNG file at `out`, with a legend when there is more than
 /// one named series and a labelled dot at each mark. [`load_font`] must have run.
 pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
+    let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    draw_on(&root, layout, series, &Bounds::default())?;
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// Axis limits to impose, so that charts drawn side by side share their scales. `None`
+/// takes the limit from the series.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bounds {
+    pub x: Option<(f64, f64)>,
+    /// Top of the y axis (headroom for the legend is added above it).
+    pub y_max: Option<f64>,
+}
+
+/// Draws `series` as a chart filling `area` (one panel of a larger picture; `layout`'s width
+/// and height are not used). The caller fills the background and presents the picture.
+pub fn draw_on(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    layout: &Layout,
+    series: &[Series],
+    bounds: &Bounds,
+) -> anyhow::Result<()> {
     let legend = series.iter().any(|s| !s.name.is_empty());
     // room above the highest point for mark labels, and for the legend box if any
     let headroom = if legend { 0.25 } else { 0.1 };
-    let (x_range, y_range) = ranges(series, headroom)?;
-    let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (mut x_range, mut y_range) = ranges(series, headroom)?;
+    if let Some((x0, x1)) = bounds.x.filter(|(x0, x1)| x1 > x0) {
+        x_range = x0..x1;
+    }
+    if let Some(y_max) = bounds.y_max.filter(|y| *y > y_range.start) {
+        y_range = y_range.start..y_range.start + (y_max - y_range.start) * (1.0 + headroom);
+    }
+    let mut chart = ChartBuilder::on(area)
         .caption(&layout.title, (FONT, 26))
         .margin(20)
         .x_label_area_size(55)
@@ -129,7 +158,6 @@ pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Resul
             .draw()
             .map_err(plot_error)?;
     }
-    root.present().map_err(plot_error)?;
     Ok(())
 }
 
@@ -171,7 +199,8 @@ fn format_number(value: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn plot_error<E: std::error::Error>(error: E) -> anyhow::Error {
+/// A plotters error as an anyhow error.
+pub fn plot_error<E: std::error::Error>(error: E) -> anyhow::Error {
     anyhow::anyhow!("drawing the chart failed: {error}")
 }
 
