@@ -94,6 +94,8 @@ pub async fn run<C: ConsumerLink>(
             limiter.take(got);
         }
         settle(&mut link, &plan, &mut tags, &mut unacked);
+        // deliveries already buffered are handed over without waiting: let other tasks run
+        tokio::task::yield_now().await;
     }
     flush_unacked(&mut link, &mut unacked);
     let _ = link.flush().await;

@@ -53,11 +53,10 @@ fn main_inner(args: Vec<String>) -> Result<(), PerfError> {
     if args.first().map(String::as_str) == Some("chart") {
         return chart::command(args.get(1..).unwrap_or_default());
     }
-    let Some(given) = args::tokenize(&args)? else {
+    let Some(options) = parse(args)? else {
         print!("{}", args::help());
         return Ok(());
     };
-    let options = RunOptions::from_given(&given, default_id(), args)?;
     let threads = options.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
     });
@@ -69,6 +68,14 @@ fn main_inner(args: Vec<String>) -> Result<(), PerfError> {
     let mut stdout = std::io::stdout();
     runtime.block_on(run(&options, &mut stdout))?;
     Ok(())
+}
+
+/// Reads `warren perf`'s arguments (PerfTest's flags); `None` for `--help`.
+pub fn parse(args: Vec<String>) -> Result<Option<RunOptions>, PerfError> {
+    let Some(given) = args::tokenize(&args)? else {
+        return Ok(None);
+    };
+    RunOptions::from_given(&given, default_id(), args).map(Some)
 }
 
 /// Runs what the options say, printing lines to `out`; writes `--json` and `--chart` files.

@@ -96,6 +96,9 @@ pub async fn run<P: PublisherLink>(
         if published > 0 {
             stats.sent.fetch_add(published, Ordering::Relaxed);
             link.flush(&mut events).await?;
+            // a socket that always takes the whole buffer never makes the flush wait, and a
+            // task that never waits starves the others on its worker thread
+            tokio::task::yield_now().await;
         }
         settle(&mut events, &mut channels, &stats, &mut latencies);
         if channels.iter().all(|c| c.finished(&plan)) {

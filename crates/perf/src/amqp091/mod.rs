@@ -54,9 +54,16 @@ impl Driver for Amqp091 {
         connection
             .call(1, &open, "opening the setup channel")
             .await?;
-        declare_exchange(&mut connection, topology).await?;
+        // declared: the exchange first, for the bindings; checked (-p): the queues first, as
+        // the user named them
+        if !topology.predeclared {
+            declare_exchange(&mut connection, topology).await?;
+        }
         for queue in &topology.queues {
             declare_queue(&mut connection, topology, queue).await?;
+        }
+        if topology.predeclared {
+            declare_exchange(&mut connection, topology).await?;
         }
         connection.close().await
     }
