@@ -33,9 +33,13 @@ pub async fn run<D: Driver + Clone>(
     let (idle, failure) = open_all(driver, count, options, out, started).await;
     let open_s = started.elapsed().as_secs_f64();
     let opened = idle.len() as u32;
-    say(out, &format!(
-        "id: {id}, opened {opened} connections with {CHANNELS_PER_CONNECTION} channels each in {open_s:.3} s"
-    ));
+    let channels = CHANNELS_PER_CONNECTION;
+    say(
+        out,
+        &format!(
+            "id: {id}, opened {opened} connections with {channels} channels each in {open_s:.3} s"
+        ),
+    );
     let held_from = Instant::now();
     if failure.is_none() {
         hold(options, opened, out, held_from).await;

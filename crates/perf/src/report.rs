@@ -2,10 +2,12 @@
 //! `Report` that `--json` writes and `warren perf chart` reads back.
 //!
 //! The printed lines follow PerfTest 2.x word for word, so scripts that read PerfTest's output
-//! read this tool's too:
+//! read this tool's too (the first line is one line, wrapped here):
 //!
 //! ```text
-//! id: test-163346-195, time 1.000 s, sent: 92004 msg/s, confirmed: 91904 msg/s, nacked: 0 msg/s, received: 91904 msg/s, min/median/75th/95th/99th consumer latency: 40/1241/1677/2917/5012 µs, confirm latency: 193/1189/1431/1913/3142 µs
+//! id: test-163346-195, time 1.000 s, sent: 92004 msg/s, confirmed: 91904 msg/s, nacked: 0
+//!   msg/s, received: 91904 msg/s, min/median/75th/95th/99th consumer latency:
+//!   40/1241/1677/2917/5012 µs, confirm latency: 193/1189/1431/1913/3142 µs
 //! id: test-163346-195, sending rate avg: 92004 msg/s
 //! id: test-163346-195, receiving rate avg: 91904 msg/s
 //! id: test-163346-195, consumer latency min/median/75th/95th/99th 40/1241/1677/2917/5012 µs
