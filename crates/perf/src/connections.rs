@@ -41,8 +41,9 @@ pub async fn run<D: Driver + Clone>(
         ),
     );
     let held_from = Instant::now();
+    let mut idle = idle;
     if failure.is_none() {
-        hold(options, opened, out, held_from).await;
+        hold(driver, &mut idle, options, out, held_from).await;
     }
     let held_s = held_from.elapsed().as_secs_f64();
     let closed = close_all(driver, idle).await;
@@ -130,8 +131,15 @@ fn collect<I>(
     }
 }
 
-/// Prints a line per interval while the connections are held.
-async fn hold(options: &RunOptions, opened: u32, out: &mut (dyn Write + Send), from: Instant) {
+/// Holds the connections for the run time, tending each once per interval (heartbeats, and
+/// noticing the broker closing one) and printing how many are still open.
+async fn hold<D: Driver>(
+    driver: &D,
+    idle: &mut Vec<D::Idle>,
+    options: &RunOptions,
+    out: &mut (dyn Write + Send),
+    from: Instant,
+) {
     let until = from + options.run_time();
     let mut next = from + options.interval;
     let interrupt = tokio::signal::ctrl_c();
@@ -141,11 +149,20 @@ async fn hold(options: &RunOptions, opened: u32, out: &mut (dyn Write + Send), f
             _ = tokio::time::sleep_until(next) => {}
             _ = &mut interrupt => return,
         }
+        let mut index = 0;
+        while index < idle.len() {
+            if driver.tend_idle(&mut idle[index]).await.is_ok() {
+                index += 1;
+            } else {
+                drop(idle.swap_remove(index));
+            }
+        }
         let elapsed = from.elapsed().as_secs_f64();
+        let open = idle.len();
         say(
             out,
             &format!(
-                "id: {}, time {elapsed:.3} s, connections open: {opened}",
+                "id: {}, time {elapsed:.3} s, connections open: {open}",
                 options.id
             ),
         );

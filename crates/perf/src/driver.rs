@@ -48,6 +48,13 @@ pub trait Driver: Clone + Send + Sync + 'static {
         channels: u16,
     ) -> impl Future<Output = Result<Self::Idle, PerfError>> + Send;
 
+    /// Keeps an idle connection alive: discards what arrived and sends a heartbeat when one is
+    /// due. Fails when the broker closed it.
+    fn tend_idle(
+        &self,
+        idle: &mut Self::Idle,
+    ) -> impl Future<Output = Result<(), PerfError>> + Send;
+
     /// Closes an idle connection politely.
     fn close_idle(&self, idle: Self::Idle) -> impl Future<Output = Result<(), PerfError>> + Send;
 }

@@ -22,12 +22,15 @@ use crate::uri::Endpoint;
 
 /// Longest wait for any single setup step (TCP connect, each handshake frame, each call).
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Read buffer: deliveries are decoded from reads of up to this many bytes.
+/// Read buffer of a producer or consumer: deliveries are decoded from reads of up to this many
+/// bytes.
 pub const READ_BUFFER_BYTES: usize = 512 * 1024;
-/// A read is issued only with at least this much room left in the read buffer.
-const READ_ROOM_MIN_BYTES: usize = 64 * 1024;
-/// Write buffer capacity reserved up front (publishes are flushed before it grows past this).
+/// Write buffer of a producer or consumer (publishes are flushed before it grows past this).
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Buffers during the handshake and setup calls.
+const SETUP_BUFFER_BYTES: usize = 16 * 1024;
+/// Buffers of an idle connection (`--connections` may hold tens of thousands).
+const IDLE_BUFFER_BYTES: usize = 512;
 /// frame_max asked for when the broker proposes no limit.
 const FRAME_MAX_DEFAULT: u32 = 131_072;
 
@@ -37,6 +40,8 @@ pub struct Connection {
     pub(crate) read_buf: BytesMut,
     pub(crate) write_buf: BytesMut,
     pub(crate) frame_max: u32,
+    /// What a read reserves when the read buffer runs out of room.
+    read_reserve_bytes: usize,
     /// Negotiated heartbeat interval; zero when disabled.
     heartbeat: Duration,
     last_write: Instant,
@@ -52,9 +57,10 @@ impl Connection {
         let socket = connect(&address).await?;
         let mut connection = Connection {
             socket,
-            read_buf: BytesMut::with_capacity(READ_BUFFER_BYTES),
-            write_buf: BytesMut::with_capacity(WRITE_BUFFER_BYTES),
+            read_buf: BytesMut::with_capacity(SETUP_BUFFER_BYTES),
+            write_buf: BytesMut::with_capacity(SETUP_BUFFER_BYTES),
             frame_max: wire::FRAME_MIN_SIZE,
+            read_reserve_bytes: SETUP_BUFFER_BYTES,
             heartbeat: Duration::ZERO,
             last_write: Instant::now(),
             address,
@@ -265,10 +271,30 @@ impl Connection {
         })
     }
 
-    /// Reads once into the read buffer (at least `READ_ROOM_MIN_BYTES` of room). EOF is an error.
+    /// Gives the connection the large buffers of a producer or consumer.
+    pub fn use_large_buffers(&mut self) {
+        self.read_reserve_bytes = READ_BUFFER_BYTES;
+        self.read_buf.reserve(READ_BUFFER_BYTES);
+        self.write_buf.reserve(WRITE_BUFFER_BYTES);
+    }
+
+    /// Gives back the setup buffers: an idle connection keeps a few hundred bytes.
+    pub fn use_small_buffers(&mut self) {
+        self.read_reserve_bytes = IDLE_BUFFER_BYTES;
+        if self.read_buf.is_empty() {
+            self.read_buf = BytesMut::with_capacity(IDLE_BUFFER_BYTES);
+        }
+        if self.write_buf.is_empty() {
+            self.write_buf = BytesMut::new();
+        }
+    }
+
+    /// Reads once into the read buffer, with at least an eighth of a reserve of room (many
+    /// frames per read). EOF is an error.
     pub async fn read_more(&mut self) -> Result<(), PerfError> {
-        if self.read_buf.capacity() - self.read_buf.len() < READ_ROOM_MIN_BYTES {
-            self.read_buf.reserve(READ_BUFFER_BYTES);
+        let room_min = (self.read_reserve_bytes / 8).max(IDLE_BUFFER_BYTES / 2);
+        if self.read_buf.capacity() - self.read_buf.len() < room_min {
+            self.read_buf.reserve(self.read_reserve_bytes);
         }
         match self.socket.read_buf(&mut self.read_buf).await {
             Ok(0) => Err(PerfError::Connect(format!(
@@ -277,6 +303,41 @@ impl Connection {
             ))),
             Ok(_) => Ok(()),
             Err(error) => Err(self.io_error(&error)),
+        }
+    }
+
+    /// Reads and drops whatever arrived, without waiting (an idle connection gets heartbeats);
+    /// a connection.close from the broker is an error.
+    pub fn discard_ready(&mut self) -> Result<(), PerfError> {
+        loop {
+            if self.read_buf.capacity() - self.read_buf.len() < IDLE_BUFFER_BYTES / 2 {
+                self.read_buf.reserve(IDLE_BUFFER_BYTES);
+            }
+            match self.socket.try_read_buf(&mut self.read_buf) {
+                Ok(0) => {
+                    return Err(PerfError::Connect(format!(
+                        "the broker at {} closed an idle connection",
+                        self.address
+                    )))
+                }
+                Ok(_) => {
+                    while let Some(frame) = self.decode_buffered()? {
+                        if let Frame::Method {
+                            method: Method::ConnectionClose(close),
+                            ..
+                        } = frame
+                        {
+                            let (code, text) = (close.reply_code, close.reply_text);
+                            return Err(PerfError::Broker(format!(
+                                "the broker at {} closed an idle connection: {code} {text}",
+                                self.address
+                            )));
+                        }
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(error) => return Err(self.io_error(&error)),
+            }
         }
     }
 

@@ -77,6 +77,7 @@ impl Consumer {
             connection.send(channel_number(index)?, &consume);
         }
         connection.flush_all().await?;
+        connection.use_large_buffers();
         Ok(Consumer {
             connection,
             pending: vec![None; setup.sources.len()],

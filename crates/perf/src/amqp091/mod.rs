@@ -87,6 +87,12 @@ impl Driver for Amqp091 {
         Ok(connection)
     }
 
+    async fn tend_idle(&self, idle: &mut Connection) -> Result<(), PerfError> {
+        idle.discard_ready()?;
+        idle.heartbeat_if_due(tokio::time::Instant::now());
+        idle.flush_all().await
+    }
+
     async fn close_idle(&self, idle: Connection) -> Result<(), PerfError> {
         idle.close().await
     }

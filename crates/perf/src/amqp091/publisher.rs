@@ -63,6 +63,7 @@ impl Publisher {
             }
             templates.push(template(channel, routing_key, setup, connection.frame_max));
         }
+        connection.use_large_buffers();
         Ok(Publisher {
             connection,
             templates,
