@@ -210,10 +210,11 @@ impl Connection {
                 } => {
                     self.send(0, &Method::ConnectionCloseOk(wire::ConnectionCloseOk));
                     let _ = self.flush_all().await;
+                    let target = "the connection";
                     return Err(closed_error(
                         what,
-                        "the connection",
-                        &close.reply_code,
+                        target,
+                        close.reply_code,
                         &close.reply_text,
                     ));
                 }
@@ -227,7 +228,7 @@ impl Connection {
                     return Err(closed_error(
                         what,
                         &target,
-                        &close.reply_code,
+                        close.reply_code,
                         &close.reply_text,
                     ));
                 }
@@ -441,8 +442,8 @@ async fn connect(address: &str) -> Result<TcpStream, PerfError> {
 }
 
 /// "declaring queue 'q': the broker closed channel 1: 404 NOT_FOUND - no queue 'q'..."
-fn closed_error(what: &str, target: &str, code: &u16, text: &ShortStr) -> PerfError {
-    let hint = match *code {
+fn closed_error(what: &str, target: &str, code: u16, text: &ShortStr) -> PerfError {
+    let hint = match code {
         wire::reply_code::NOT_FOUND => {
             " (with -p/--predeclared the queues and exchange must exist)"
         }
