@@ -94,8 +94,9 @@ pub async fn run<P: PublisherLink>(
         follow_rate(&control, &mut rate_epoch, &mut channels, now);
         let published = publish_round(&mut link, &plan, &mut channels, now);
         if published > 0 {
-            stats.sent.fetch_add(published, Ordering::Relaxed);
             link.flush(&mut events).await?;
+            // counted once written: a broker pushing back holds the flush, not the count
+            stats.sent.fetch_add(published, Ordering::Relaxed);
             // a socket that always takes the whole buffer never makes the flush wait, and a
             // task that never waits starves the others on its worker thread
             tokio::task::yield_now().await;
