@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use warren_plot::chart::{draw_on, load_font, plot_error, Bounds, Layout};
+use warren_plot::chart::{draw_on, load_font, log_floor, plot_error, Axes, Layout};
 use warren_plot::{Mark, Series};
 
 use crate::error::PerfError;
@@ -113,13 +113,17 @@ fn draw_timelines(reports: &[&Report], columns: &[Area<'_>]) -> Result<(), PerfE
         .iter()
         .filter_map(|r| r.samples.last().map(|s| s.time_s))
         .fold(1.0, f64::max);
-    let rate_bounds = Bounds {
+    let rate_axes = Axes {
         x: Some((0.0, x_max)),
         y_max: Some(y_max(&rates)),
+        y_min_log: None,
+        log_y: false,
     };
-    let latency_bounds = Bounds {
+    let latency_axes = Axes {
         x: Some((0.0, x_max)),
         y_max: Some(y_max(&latencies)),
+        y_min_log: Some(shared_floor(&latencies)),
+        log_y: true,
     };
     for (index, report) in reports.iter().enumerate() {
         let panels = columns[index].split_evenly((2, 1));
@@ -131,12 +135,12 @@ fn draw_timelines(reports: &[&Report], columns: &[Area<'_>]) -> Result<(), PerfE
             height: HEIGHT / 2,
         };
         let top = layout(format!("{}: rates", report.label), "msg/s");
-        draw_on(&panels[0], &top, &rates[index], &rate_bounds).map_err(plot_failed)?;
+        draw_on(&panels[0], &top, &rates[index], &rate_axes).map_err(plot_failed)?;
         let bottom = layout(
             format!("{}: consumer latency", report.label),
-            "latency (ms)",
+            "latency (ms, log scale)",
         );
-        draw_on(&panels[1], &bottom, &latencies[index], &latency_bounds).map_err(plot_failed)?;
+        draw_on(&panels[1], &bottom, &latencies[index], &latency_axes).map_err(plot_failed)?;
     }
     Ok(())
 }
@@ -148,19 +152,21 @@ fn draw_sweeps(reports: &[&Report], columns: &[Area<'_>]) -> Result<(), PerfErro
         .flatten()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .fold(1.0, f64::max);
-    let bounds = Bounds {
+    let axes = Axes {
         x: Some((0.0, x_max * 1.05)),
         y_max: Some(y_max(&series)),
+        y_min_log: Some(shared_floor(&series)),
+        log_y: true,
     };
     for (index, report) in reports.iter().enumerate() {
         let layout = Layout {
             title: format!("{}: latency against rate", report.label),
             x_label: "received (msg/s)".into(),
-            y_label: "consumer latency (ms)".into(),
+            y_label: "consumer latency (ms, log scale)".into(),
             width: COLUMN_WIDTH,
             height: SWEEP_HEIGHT,
         };
-        draw_on(&columns[index], &layout, &series[index], &bounds).map_err(plot_failed)?;
+        draw_on(&columns[index], &layout, &series[index], &axes).map_err(plot_failed)?;
     }
     Ok(())
 }
@@ -201,8 +207,8 @@ fn timeline(report: &Report, name: &str, y: impl Fn(&crate::report::Sample) -> f
 /// target percent.
 fn sweep_series(report: &Report) -> Vec<Series> {
     let line = |name: &str, pick: fn(&Percentiles) -> u64, labelled: bool| {
-        let mut steps: Vec<_> = report.sweep.iter().collect();
-        steps.sort_by_key(|s| s.received_rate);
+        // in step order: past the maximum the achieved rate falls back while latency climbs
+        let steps: Vec<_> = report.sweep.iter().collect();
         let point = |s: &crate::report::SweepStep| {
             (
                 s.received_rate as f64,
@@ -251,6 +257,14 @@ fn y_max(panels: &[Vec<Series>]) -> f64 {
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0, f64::max)
         .max(1.0)
+}
+
+/// One bottom for the log axes of every column, so that they share their scale.
+fn shared_floor(panels: &[Vec<Series>]) -> f64 {
+    panels
+        .iter()
+        .map(|series| log_floor(series))
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn plot_failed(error: impl std::fmt::Display) -> PerfError {

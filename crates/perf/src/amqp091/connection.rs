@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use warren_proto::amqp091::{
     self as wire, decode_frame, encode_heartbeat, encode_method_frame, ConnectionClose,
@@ -27,6 +27,10 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_BUFFER_BYTES: usize = 512 * 1024;
 /// Write buffer of a producer or consumer (publishes are flushed before it grows past this).
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// The socket's send buffer (the kernel doubles it). Autotuning would let it grow to megabytes:
+/// an unthrottled producer would then count as sent a hundred thousand messages that sit in
+/// its own kernel buffer, which a broker pushing back has not read.
+const SEND_BUFFER_BYTES: u32 = 128 * 1024;
 /// Buffers during the handshake and setup calls.
 const SETUP_BUFFER_BYTES: usize = 16 * 1024;
 /// Buffers of an idle connection (`--connections` may hold tens of thousands).
@@ -413,32 +417,52 @@ impl Connection {
 
 /// TCP connect with a bounded wait and errors that say what to check.
 async fn connect(address: &str) -> Result<TcpStream, PerfError> {
-    let socket = match tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(address)).await {
-        Ok(Ok(socket)) => socket,
+    let target = resolve(address).await?;
+    let attempt = async {
+        let socket = if target.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_send_buffer_size(SEND_BUFFER_BYTES)?;
+        // Publishes and acks are batched by the tool itself; Nagle would only add delay.
+        socket.set_nodelay(true)?;
+        socket.connect(target).await
+    };
+    match tokio::time::timeout(STEP_TIMEOUT, attempt).await {
+        Ok(Ok(socket)) => Ok(socket),
         Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err(PerfError::Connect(format!(
+            Err(PerfError::Connect(format!(
                 "cannot connect to {address}: connection refused: is the broker running on \
                  {address}?"
             )))
         }
-        Ok(Err(error)) => {
-            return Err(PerfError::Connect(format!(
-                "cannot connect to {address}: {error} (check the host and port in -h/--uri; \
-                 too many open files means raising ulimit -n)"
-            )))
-        }
-        Err(_) => {
-            return Err(PerfError::Connect(format!(
-                "cannot connect to {address}: no answer within {} s",
-                STEP_TIMEOUT.as_secs()
-            )))
-        }
+        Ok(Err(error)) => Err(PerfError::Connect(format!(
+            "cannot connect to {address}: {error} (check the host and port in -h/--uri; \
+             too many open files means raising ulimit -n)"
+        ))),
+        Err(_) => Err(PerfError::Connect(format!(
+            "cannot connect to {address}: no answer within {} s",
+            STEP_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+async fn resolve(address: &str) -> Result<std::net::SocketAddr, PerfError> {
+    let unresolved = |why: String| {
+        PerfError::Connect(format!(
+            "cannot resolve {address}: {why} (check the host in -h/--uri)"
+        ))
     };
-    // Publishes and acks are batched by the tool itself; Nagle would only add delay.
-    socket
-        .set_nodelay(true)
-        .map_err(|error| PerfError::io(&format!("setting TCP_NODELAY on {address}"), &error))?;
-    Ok(socket)
+    let lookup = tokio::time::timeout(STEP_TIMEOUT, tokio::net::lookup_host(address)).await;
+    match lookup {
+        Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| unresolved("no address".into())),
+        Ok(Err(error)) => Err(unresolved(error.to_string())),
+        Err(_) => Err(unresolved(format!(
+            "no answer within {} s",
+            STEP_TIMEOUT.as_secs()
+        ))),
+    }
 }
 
 /// "declaring queue 'q': the broker closed channel 1: 404 NOT_FOUND - no queue 'q'..."
