@@ -40,7 +40,7 @@ pub fn command(args: &[String]) -> Result<(), PerfError> {
             }
             flag if flag.starts_with('-') => {
                 return Err(PerfError::usage(format!(
-                    "warren perf chart: unknown flag '{flag}' (takes -o OUT.png and --font FILE)"
+                    "chart: unknown flag '{flag}' (takes -o OUT.png and --font FILE)"
                 )))
             }
             input => inputs.push(PathBuf::from(input)),
@@ -48,12 +48,12 @@ pub fn command(args: &[String]) -> Result<(), PerfError> {
     }
     let Some(out) = out else {
         return Err(PerfError::usage(
-            "warren perf chart: say where the picture goes with -o OUT.png",
+            "chart: say where the picture goes with -o OUT.png",
         ));
     };
     if inputs.is_empty() {
         return Err(PerfError::usage(
-            "warren perf chart: name one or more --json reports to draw",
+            "chart: name one or more --json reports to draw",
         ));
     }
     let reports = inputs
