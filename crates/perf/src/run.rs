@@ -76,40 +76,8 @@ impl Fleet {
         rate: Option<f64>,
         out: &mut (dyn Write + Send),
     ) -> Result<Fleet, PerfError> {
-        let id = &options.id;
-        let mut consumer_links = Vec::new();
-        for c in 0..options.consumers as usize {
-            say(out, &format!("id: {id}, starting consumer #{c}"));
-            let per = usize::from(options.consumer_channels);
-            let sources = (c * per..(c + 1) * per)
-                .map(|j| topology.source(j).clone())
-                .collect();
-            let setup = ConsumerSetup {
-                sources,
-                prefetch: options.qos,
-                autoack: options.autoack,
-                arguments: options.consumer_args.clone(),
-                queue_arguments: topology.queue_arguments.clone(),
-            };
-            consumer_links.push(driver.open_consumer(setup).await?);
-        }
-        let mut producer_links = Vec::new();
-        for p in 0..options.producers as usize {
-            say(out, &format!("id: {id}, starting producer #{p}"));
-            let per = usize::from(options.producer_channels);
-            let keys = (p * per..(p + 1) * per)
-                .map(|i| topology.routing_key(i).to_owned())
-                .collect();
-            let setup = PublisherSetup {
-                exchange: topology.exchange.clone(),
-                routing_keys: keys,
-                body_size: options.size,
-                persistent: options.persistent,
-                mandatory: options.mandatory,
-                confirm: options.confirm.is_some(),
-            };
-            producer_links.push(driver.open_publisher(setup).await?);
-        }
+        let consumer_links = open_consumers(driver, options, topology, out).await?;
+        let producer_links = open_producers(driver, options, topology, out).await?;
         let control = Arc::new(Control::new(rate));
         let mut agents = Vec::new();
         let mut consumers = Vec::new();
@@ -210,6 +178,59 @@ impl Fleet {
             tool_cpu_s: crate::cpu::process_cpu_seconds(),
         }
     }
+}
+
+/// Opens every consumer connection, each consuming on its channels.
+async fn open_consumers<D: Driver>(
+    driver: &D,
+    options: &RunOptions,
+    topology: &Topology,
+    out: &mut (dyn Write + Send),
+) -> Result<Vec<D::Consumer>, PerfError> {
+    let per = usize::from(options.consumer_channels);
+    let mut links = Vec::with_capacity(options.consumers as usize);
+    for c in 0..options.consumers as usize {
+        say(out, &format!("id: {}, starting consumer #{c}", options.id));
+        let sources = (c * per..(c + 1) * per)
+            .map(|j| topology.source(j).clone())
+            .collect();
+        let setup = ConsumerSetup {
+            sources,
+            prefetch: options.qos,
+            autoack: options.autoack,
+            arguments: options.consumer_args.clone(),
+            queue_arguments: topology.queue_arguments.clone(),
+        };
+        links.push(driver.open_consumer(setup).await?);
+    }
+    Ok(links)
+}
+
+/// Opens every producer connection with its publishing channels.
+async fn open_producers<D: Driver>(
+    driver: &D,
+    options: &RunOptions,
+    topology: &Topology,
+    out: &mut (dyn Write + Send),
+) -> Result<Vec<D::Publisher>, PerfError> {
+    let per = usize::from(options.producer_channels);
+    let mut links = Vec::with_capacity(options.producers as usize);
+    for p in 0..options.producers as usize {
+        say(out, &format!("id: {}, starting producer #{p}", options.id));
+        let keys = (p * per..(p + 1) * per)
+            .map(|i| topology.routing_key(i).to_owned())
+            .collect();
+        let setup = PublisherSetup {
+            exchange: topology.exchange.clone(),
+            routing_keys: keys,
+            body_size: options.size,
+            persistent: options.persistent,
+            mandatory: options.mandatory,
+            confirm: options.confirm.is_some(),
+        };
+        links.push(driver.open_publisher(setup).await?);
+    }
+    Ok(links)
 }
 
 async fn join(handle: JoinHandle<Result<(), PerfError>>) -> Result<(), PerfError> {
