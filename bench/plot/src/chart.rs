@@ -7,6 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -73,19 +76,97 @@ pub struct Layout {
 /// Draws `series` as lines into a PNG file at `out`, with a legend when there is more than
 /// one named series and a labelled dot at each mark. [`load_font`] must have run.
 pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
+    let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    draw_on(&root, layout, series, &Axes::default())?;
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// How the axes are drawn. The limits, when set, let charts drawn side by side share their
+/// scales; `None` takes the limit from the series.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Axes {
+    pub x: Option<(f64, f64)>,
+    /// Top of the y axis (headroom for the legend is added above it).
+    pub y_max: Option<f64>,
+    /// Bottom of a logarithmic y axis (a linear one starts at zero); `None`: half the
+    /// smallest positive value.
+    pub y_min_log: Option<f64>,
+    /// A logarithmic y axis (latencies that span several decades); values at or below zero
+    /// are drawn at the axis' bottom.
+    pub log_y: bool,
+}
+
+/// Draws `series` as a chart filling `area` (one panel of a larger picture; `layout`'s width
+/// and height are not used). The caller fills the background and presents the picture.
+pub fn draw_on(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    layout: &Layout,
+    series: &[Series],
+    axes: &Axes,
+) -> anyhow::Result<()> {
     let legend = series.iter().any(|s| !s.name.is_empty());
     // room above the highest point for mark labels, and for the legend box if any
     let headroom = if legend { 0.25 } else { 0.1 };
-    let (x_range, y_range) = ranges(series, headroom)?;
-    let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (mut x_range, mut y_range) = ranges(series, headroom)?;
+    if let Some((x0, x1)) = axes.x.filter(|(x0, x1)| x1 > x0) {
+        x_range = x0..x1;
+    }
+    if let Some(y_max) = axes.y_max.filter(|y| *y > y_range.start) {
+        y_range = y_range.start..y_range.start + (y_max - y_range.start) * (1.0 + headroom);
+    }
+    let mut builder = ChartBuilder::on(area);
+    builder
         .caption(&layout.title, (FONT, 26))
         .margin(20)
         .x_label_area_size(55)
-        .y_label_area_size(85)
-        .build_cartesian_2d(x_range, y_range)
+        .y_label_area_size(85);
+    if !axes.log_y {
+        let chart = builder
+            .build_cartesian_2d(x_range, y_range)
+            .map_err(plot_error)?;
+        return draw_lines(chart, layout, series, legend, 0.0);
+    }
+    let floor = axes
+        .y_min_log
+        .filter(|y| *y > 0.0)
+        .unwrap_or_else(|| log_floor(series));
+    // on a log axis the headroom is a factor: a decade for the legend
+    let top = (y_range.end / (1.0 + headroom)).max(floor * 10.0) * if legend { 10.0 } else { 2.0 };
+    let y_log = (floor..top).log_scale();
+    let chart = builder
+        .build_cartesian_2d(x_range, y_log)
         .map_err(plot_error)?;
+    draw_lines(chart, layout, series, legend, floor)
+}
+
+/// The bottom of a log axis for these series: half the smallest positive value.
+pub fn log_floor(series: &[Series]) -> f64 {
+    let lowest = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|y| *y > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if lowest.is_finite() {
+        lowest / 2.0
+    } else {
+        1.0
+    }
+}
+
+/// The mesh, lines, marks and legend, on a linear or logarithmic y axis; y values below
+/// `floor` are drawn at it.
+fn draw_lines<'a, 'b: 'a, Y>(
+    mut chart: ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, Y>>,
+    layout: &Layout,
+    series: &[Series],
+    legend: bool,
+    floor: f64,
+) -> anyhow::Result<()>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     chart
         .configure_mesh()
         .x_desc(&layout.x_label)
@@ -99,11 +180,9 @@ pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Resul
         .map_err(plot_error)?;
     for (index, line) in series.iter().enumerate() {
         let colour = PALETTE[index % PALETTE.len()];
+        let points = line.points.iter().map(|&(x, y)| (x, y.max(floor)));
         let drawn = chart
-            .draw_series(LineSeries::new(
-                line.points.iter().copied(),
-                colour.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(points, colour.stroke_width(2)))
             .map_err(plot_error)?;
         if !line.name.is_empty() {
             drawn.label(&line.name).legend(move |(x, y)| {
@@ -113,7 +192,7 @@ pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Resul
         let label_font = (FONT, 14).into_font().color(&colour);
         chart
             .draw_series(line.marks.iter().map(|mark| {
-                EmptyElement::at((mark.x, mark.y))
+                EmptyElement::at((mark.x, mark.y.max(floor)))
                     + Circle::new((0, 0), 4, colour.filled())
                     + Text::new(mark.label.clone(), (4, -18), label_font.clone())
             }))
@@ -129,7 +208,6 @@ pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Resul
             .draw()
             .map_err(plot_error)?;
     }
-    root.present().map_err(plot_error)?;
     Ok(())
 }
 
@@ -171,7 +249,8 @@ fn format_number(value: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn plot_error<E: std::error::Error>(error: E) -> anyhow::Error {
+/// A plotters error as an anyhow error.
+pub fn plot_error<E: std::error::Error>(error: E) -> anyhow::Error {
     anyhow::anyhow!("drawing the chart failed: {error}")
 }
 

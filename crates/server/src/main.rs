@@ -1,4 +1,5 @@
-//! The `warren` command: `warren server` (the default) runs the broker.
+//! The `warren` command: `warren server` (the default) runs the broker; `warren perf` is the
+//! load generator (PerfTest's flags, see crates/perf).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -24,6 +25,17 @@ struct Cli {
 enum Command {
     /// Run the broker (the default when no command is given).
     Server(ServerArgs),
+    /// Load a broker with PerfTest's flags and output (`warren perf --help` lists them).
+    #[command(disable_help_flag = true)]
+    Perf(PerfArgs),
+}
+
+/// Everything after `perf` goes to warren-perf untouched: PerfTest's flags include `-h`
+/// (the URI) and multi-letter single-dash ones (`-qa`), which clap must not read.
+#[derive(clap::Args)]
+struct PerfArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<String>,
 }
 
 #[derive(clap::Args, Default)]
@@ -43,7 +55,11 @@ struct ServerArgs {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Some(Command::Perf(perf)) = cli.command {
+        return warren_perf::main(perf.args);
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("warren: {error:#}");
@@ -55,7 +71,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let args = match cli.command {
         Some(Command::Server(args)) => args,
-        None => ServerArgs::default(),
+        Some(Command::Perf(_)) | None => ServerArgs::default(),
     };
     let mut config = match &args.config {
         Some(path) => Config::from_file(path)?,
