@@ -2,8 +2,13 @@
 # Runs one PerfTest workload against a private RabbitMQ node and then against Warren,
 # and compares throughput, latency and CPU cost per message. See bench/README.md.
 #
-#   bench/compare.sh [--only rabbitmq|warren] --workload NAME [--seconds N]
-#   bench/compare.sh [--only rabbitmq|warren] [PERFTEST_ARGS...]
+#   bench/compare.sh [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload NAME
+#                    [--seconds N]
+#   bench/compare.sh [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS...]
+#
+# --tool picks the load generator: RabbitMQ PerfTest (the default and the reference) or
+# `warren perf`, which takes the same flags and prints the same summary lines and uses far
+# less CPU, so that on a 2-core machine the broker rather than the tool sets the rate.
 #
 # --workload runs one of the standard workloads of bench/README.md (a, b, w1, w1x10) for
 # --seconds (default 30). Otherwise PERFTEST_ARGS go to PerfTest unchanged; they default to
@@ -40,12 +45,18 @@ LOG_DIR="${WARREN_BENCH_LOG_DIR:-/tmp/warren-bench-logs/$(date +%Y%m%d-%H%M%S)}"
 readonly LOG_DIR
 
 work_dir=""
+tool=perftest # the load generator: RabbitMQ PerfTest (the reference) or `warren perf`
 declare -A results=()
 
 main() {
   local only="" workload="" seconds=""
   while [[ $# -gt 0 ]]; do
     case "$1" in
+      --tool)
+        tool="${2:-}"
+        [[ "$tool" == perftest || "$tool" == warren-perf ]] \
+          || usage "--tool needs perftest or warren-perf"
+        shift 2 ;;
       --only)
         only="${2:-}"
         [[ "$only" == rabbitmq || "$only" == warren ]] || usage "--only needs rabbitmq or warren"
@@ -81,9 +92,13 @@ main() {
   trap 'exit 130' INT TERM
   work_dir="$(mktemp -d -t warren-bench.XXXXXX)"
   mkdir -p "$LOG_DIR"
-  local jars
-  jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)"
-  echo "bench: ${workload:+workload $workload, }PerfTest args: ${args[*]}"
+  local jars=""
+  if [[ "$tool" == perftest ]]; then
+    jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)"
+  else
+    [[ -x "$(warren_binary)" ]] || (cd "$REPO_ROOT" && cargo build --release -p warren-server)
+  fi
+  echo "bench: ${workload:+workload $workload, }load tool $tool, args: ${args[*]}"
   local status=0
   if [[ "$only" != warren ]]; then
     bench_rabbitmq "$jars" "$duration_s" "${args[@]}" || status=1
@@ -99,8 +114,8 @@ main() {
 usage() {
   [[ $# -eq 0 ]] || echo "bench: $1" >&2
   cat >&2 <<EOF
-usage: $0 [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
-       $0 [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]
+usage: $0 [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
+       $0 [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]
 Standard workloads (bench/README.md), $DEFAULT_WORKLOAD_SECONDS s unless --seconds:
   a      autoack, 1 producer 1 consumer, 12-byte bodies
   b      confirms 192, prefetch 200, multi-ack every 200
@@ -212,8 +227,10 @@ measure() {
   local machine_before machine_after
   machine_before="$(machine_busy_ticks)"
   local status=0 TIMEFORMAT='%3U %3S %3R'
+  local command=(java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest)
+  [[ "$tool" == perftest ]] || command=("$(warren_binary)" perf)
   { time timeout --kill-after=10 "$((duration_s + 120))" \
-      java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest --uri "$uri" "$@" \
+      "${command[@]}" --uri "$uri" "$@" \
       >"$log" 2>&1 </dev/null; } 2>"$times" || status=$?
   machine_after="$(machine_busy_ticks)"
   ticks_after="$(cpu_ticks "$broker_pid")" || {
@@ -227,7 +244,7 @@ measure() {
   latency="$(sed -n 's/.*consumer latency min\/median\/75th\/95th\/99th \([0-9\/]*\) .*/\1/p' \
     "$log" | tail -n 1)"
   if [[ $status -ne 0 || -z "$sent" || -z "$received" ]]; then
-    echo "$name: PerfTest failed (status $status) or printed no summary; its output:"
+    echo "$name: $tool failed (status $status) or printed no summary; its output:"
     tail -n 30 "$log" || true
     return 1
   fi
@@ -284,7 +301,7 @@ report() {
     "p95 ${p[3]:-?} p99 ${p[4]:-?} µs"
   echo "$name: broker CPU:         ${broker_cpu_s} s for ~$messages messages received" \
     "= ${per_msg_us} µs/msg (${per_msg_us} s per million)"
-  echo "$name: PerfTest CPU:       ${perftest_cpu_s} s over ${wall_s} s wall" \
+  echo "$name: load tool CPU:      ${perftest_cpu_s} s over ${wall_s} s wall ($tool)" \
     "= ${perftest_share}% of one core"
 }
 
