@@ -6,6 +6,8 @@
 #                    [--seconds N]
 #   bench/compare.sh [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS...]
 #
+# --pin runs the broker on core 0 and the load tool on core 1, so that two load tools can
+# be compared against one broker (bench/tools_agree.sh).
 # --tool picks the load generator: RabbitMQ PerfTest (the default and the reference) or
 # `warren perf`, which takes the same flags and prints the same summary lines and uses far
 # less CPU, so that on a 2-core machine the broker rather than the tool sets the rate.
@@ -46,12 +48,16 @@ readonly LOG_DIR
 
 work_dir=""
 tool=perftest # the load generator: RabbitMQ PerfTest (the reference) or `warren perf`
+pin=""        # set: the broker runs on core 0 and the load tool on core 1
 declare -A results=()
 
 main() {
   local only="" workload="" seconds=""
   while [[ $# -gt 0 ]]; do
     case "$1" in
+      --pin)
+        pin=1
+        shift ;;
       --tool)
         tool="${2:-}"
         [[ "$tool" == perftest || "$tool" == warren-perf ]] \
@@ -114,7 +120,7 @@ main() {
 usage() {
   [[ $# -eq 0 ]] || echo "bench: $1" >&2
   cat >&2 <<EOF
-usage: $0 [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
+usage: $0 [--pin] [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
        $0 [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]
 Standard workloads (bench/README.md), $DEFAULT_WORKLOAD_SECONDS s unless --seconds:
   a      autoack, 1 producer 1 consumer, 12-byte bodies
@@ -229,6 +235,11 @@ measure() {
   local status=0 TIMEFORMAT='%3U %3S %3R'
   local command=(java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest)
   [[ "$tool" == perftest ]] || command=("$(warren_binary)" perf)
+  if [[ -n "$pin" ]]; then
+    # Each on its own core: the tool's CPU use cannot take the broker's (compares tools).
+    taskset -a -p 0x1 "$broker_pid" >/dev/null
+    command=(taskset -c 1 "${command[@]}")
+  fi
   { time timeout --kill-after=10 "$((duration_s + 120))" \
       "${command[@]}" --uri "$uri" "$@" \
       >"$log" 2>&1 </dev/null; } 2>"$times" || status=$?
