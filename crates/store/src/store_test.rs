@@ -183,17 +183,21 @@ fn segments_rotate_and_acked_ones_are_deleted_oldest_first() {
     );
 }
 
+/// Ten durable messages in one segment, then a crash: their locations, the segment's path
+/// and bytes (for the test to damage and write back).
+fn ten_messages_then_crash(dir: &Path) -> (Vec<Location>, PathBuf, Vec<u8>) {
+    let (store, _) = open(dir, 1 << 20);
+    let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
+    crash(store);
+    let path = segment_path(&dir.join("store"), locations[0].segment);
+    let bytes = fs::read(&path).unwrap();
+    (locations, path, bytes)
+}
+
 #[test]
 fn a_corrupt_record_is_skipped_and_the_rest_recovered() {
     let dir = tempfile::tempdir().unwrap();
-    let locations = {
-        let (store, _) = open(dir.path(), 1 << 20);
-        let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
-        crash(store);
-        locations
-    };
-    let path = segment_path(&dir.path().join("store"), locations[0].segment);
-    let mut bytes = fs::read(&path).unwrap();
+    let (locations, path, mut bytes) = ten_messages_then_crash(dir.path());
     let flip = locations[3].offset as usize + locations[3].len.get() as usize - 2;
     bytes[flip] ^= 0xff;
     let torn = locations[9].offset as usize + 5;
@@ -394,14 +398,7 @@ fn segments_larger_than_a_read_chunk_recover_whole_also_with_huge_records() {
 #[test]
 fn a_torn_write_into_preallocated_space_loses_only_that_record() {
     let dir = tempfile::tempdir().unwrap();
-    let locations = {
-        let (store, _) = open(dir.path(), 1 << 20);
-        let locations = enqueue(&store, 1, 1..=10, FLAG_DURABLE);
-        crash(store);
-        locations
-    };
-    let path = segment_path(&dir.path().join("store"), locations[0].segment);
-    let mut bytes = fs::read(&path).unwrap();
+    let (locations, path, mut bytes) = ten_messages_then_crash(dir.path());
     let last = locations[9];
     let end = last.offset as usize + last.len.get() as usize;
     assert!(
