@@ -172,8 +172,9 @@ struct Persist {
     memory_budget: usize,
     /// Records of this turn, written by `flush_store`.
     batch: RecordBatch,
-    /// Sequence numbers of the enqueue records in `batch`, in order.
-    enqueued: Vec<u64>,
+    /// Sequence numbers of the enqueue records in `batch`, in order, and whether the message
+    /// leaves memory once written (beyond the budget).
+    enqueued: Vec<(u64, bool)>,
     /// Of those, the ones already done with (delivered no-ack in the same turn): forgotten
     /// once their location is known.
     done_unwritten: Vec<u64>,
@@ -181,6 +182,8 @@ struct Persist {
     locations: Vec<Location>,
     /// Highest sequence number a `delivered` record covers.
     delivered_written: u64,
+    /// A failed write was logged (the store logs the cause; the queue says it once).
+    failure_logged: bool,
 }
 
 /// The queue's state machine: commands in, deliveries out through consumers' outboxes.
@@ -241,6 +244,7 @@ impl ClassicQueue {
             acks: Vec::new(),
             locations: Vec::new(),
             delivered_written: 0,
+            failure_logged: false,
         });
         let Some(recovered) = recovered else {
             return;
@@ -345,7 +349,7 @@ impl ClassicQueue {
         for message in messages {
             let seq = self.next_seq;
             self.next_seq += 1;
-            let mut stored = Stored {
+            let stored = Stored {
                 message: Some(message),
                 location: None,
                 redelivered: false,
@@ -359,11 +363,9 @@ impl ClassicQueue {
                     persist
                         .batch
                         .enqueue(persist.id, seq, flags, |out| message.encode_stored(out));
-                    persist.enqueued.push(seq);
+                    // Beyond the budget the message leaves memory once it is written.
+                    persist.enqueued.push((seq, over_budget));
                     written |= durable;
-                    if over_budget {
-                        stored.message = None; // paged out: read back when delivered
-                    }
                 }
             }
             self.ready_memory += resident_bytes(&stored);
@@ -395,17 +397,27 @@ impl ClassicQueue {
             .store
             .append(&mut persist.batch, &mut persist.locations);
         if let Err(error) = result {
-            tracing::error!(
-                "{}: message store write failed: {error}",
-                self.handle.def().resource()
-            );
+            if !persist.failure_logged {
+                persist.failure_logged = true;
+                tracing::error!(
+                    "{}: message store write failed: {error}; messages stay in memory",
+                    self.handle.def().resource()
+                );
+            }
             persist.enqueued.clear();
             return;
         }
         // The turn's messages are where dispatch left them: still ready, or unacked.
-        for (seq, location) in persist.enqueued.drain(..).zip(persist.locations.drain(..)) {
+        for ((seq, page_out), location) in
+            persist.enqueued.drain(..).zip(persist.locations.drain(..))
+        {
             if let Ok(at) = self.ready.binary_search_by_key(&seq, |r| r.seq) {
-                self.ready[at].stored.location = Some(location);
+                let stored = &mut self.ready[at].stored;
+                stored.location = Some(location);
+                if page_out {
+                    self.ready_memory -= resident_bytes(stored);
+                    stored.message = None; // read back when delivered
+                }
             } else if let Some(stored) = self.unacked.get_mut(&seq) {
                 stored.location = Some(location);
             } else if persist.done_unwritten.binary_search(&seq).is_ok() {
@@ -431,7 +443,11 @@ impl ClassicQueue {
                 persist.batch.forget(location);
                 true
             }
-            None if persist.enqueued.binary_search(&seq).is_ok() => {
+            None if persist
+                .enqueued
+                .binary_search_by_key(&seq, |&(s, _)| s)
+                .is_ok() =>
+            {
                 persist.done_unwritten.push(seq); // its record goes out with this turn's
                 true
             }
