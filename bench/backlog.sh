@@ -46,7 +46,6 @@ readonly RESTART_LIMIT_S=10
 readonly RESTART_TIMEOUT_S=300 # a restart slower than this is a failure, and is stopped
 readonly IDLE_S=2
 readonly SETTLE_S=5
-readonly DEFAULT_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 
 mode=backlog
 messages=10000000
@@ -177,18 +176,13 @@ check() {
 # check_disk: the store keeps every message of the backlog run on disk (body + about 60
 # bytes of record and headers); the churn run needs its bound and some room.
 check_disk() {
-  local need_mib free_mib
+  local need_mib
   if [[ "$mode" == backlog ]]; then
     need_mib=$((messages * (size + 100) / 1048576 + 1024))
   else
     need_mib=$((2 * max_backlog * (size + 100) / 1048576 + 4 * segment_size / 1048576 + 1024))
   fi
-  free_mib="$(df -Pm "$work_dir" | awk 'NR == 2 { print $4 }')"
-  if [[ "$free_mib" -lt "$need_mib" ]]; then
-    echo "backlog: $free_mib MiB free in $(dirname "$work_dir"), $need_mib MiB wanted;" \
-      "free space or set TMPDIR to a larger disk" >&2
-    exit 1
-  fi
+  require_free_mib backlog "$need_mib"
 }
 
 # find_tools: warren-backlog and warren-plot, built when missing (Warren is built by
@@ -386,13 +380,6 @@ sample() {
   done
 }
 
-stop_sampler() {
-  [[ -n "$sampler_pid" ]] || return 0
-  kill -TERM "$sampler_pid" 2>/dev/null || true
-  wait "$sampler_pid" 2>/dev/null || true
-  sampler_pid=""
-}
-
 # status_mib PID FIELD: a /proc/PID/status figure (VmRSS, VmHWM) in MiB, empty if gone.
 status_mib() {
   awk -v f="$2:" '$1 == f { printf "%.1f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || true
@@ -452,7 +439,7 @@ draw_charts() {
       return 1
     }
   fi
-  install_font || return 1
+  install_chart_font backlog "$csv" || return 1
   local disk_name="disk (data dir)" title
   [[ "$mode" == backlog ]] || disk_name="disk (store)"
   awk -F , -v d="$disk_name" 'NR == 1 { print "second,phase,what,mib"; next }
@@ -469,18 +456,6 @@ draw_charts() {
     --x-label "seconds since the broker started" --y-label "RSS (MiB)" --out "$prefix-rss.png" \
     || return 1
   say "$mode: charts ${prefix##*/}.png ${prefix##*/}-rss.png"
-}
-
-# install_font: warren-plot draws text with DejaVu Sans from Debian's fonts-dejavu-core.
-install_font() {
-  [[ ! -f "$DEFAULT_FONT" ]] || return 0
-  echo "backlog: installing Debian's fonts-dejavu-core for the chart text"
-  if ! { apt-get update -qq \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core; }; then
-    echo "backlog: cannot install fonts-dejavu-core; as root: apt-get install" \
-      "fonts-dejavu-core. The CSV is $csv"
-    return 1
-  fi
 }
 
 cleanup() {

@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # Starting and stopping the two brokers that Warren's benchmarks compare: a private RabbitMQ
-# node and Warren. Sourced by bench/compare.sh and bench/lazy_queue.sh; not run by itself.
+# node and Warren, and the few helpers the benchmark scripts share (RSS sampler, disk check,
+# chart font). Sourced by bench/compare.sh, bench/lazy_queue.sh and bench/backlog.sh; not
+# run by itself.
 #
 # The sourcing script sets REPO_ROOT and work_dir (a temporary directory it removes) before
 # calling these, and stops both brokers in its EXIT trap (stop_warren, stop_rabbitmq).
@@ -192,4 +194,42 @@ stop_wait() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
+}
+
+# --- shared by the scripts that sample a broker and draw charts -----------------------------
+
+readonly CHART_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+sampler_pid="" # the background RSS sampler a script started, if any
+
+# stop_sampler: stops the sampler started by the sourcing script (it sets sampler_pid).
+stop_sampler() {
+  [[ -n "$sampler_pid" ]] || return 0
+  kill -TERM "$sampler_pid" 2>/dev/null || true
+  wait "$sampler_pid" 2>/dev/null || true
+  sampler_pid=""
+}
+
+# require_free_mib NAME NEED_MIB: exits when the disk holding work_dir has less free space.
+require_free_mib() {
+  local name="$1" need_mib="$2" free_mib
+  free_mib="$(df -Pm "$work_dir" | awk 'NR == 2 { print $4 }')"
+  if [[ "$free_mib" -lt "$need_mib" ]]; then
+    echo "$name: $free_mib MiB free in $(dirname "$work_dir"), $need_mib MiB wanted;" \
+      "free space or set TMPDIR to a larger disk" >&2
+    exit 1
+  fi
+}
+
+# install_chart_font NAME CSV: warren-plot draws text with DejaVu Sans from Debian's
+# fonts-dejavu-core; installs it when missing (CSV is named when that fails).
+install_chart_font() {
+  local name="$1" csv="$2"
+  [[ ! -f "$CHART_FONT" ]] || return 0
+  echo "$name: installing Debian's fonts-dejavu-core for the chart text"
+  if ! { apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core; }; then
+    echo "$name: cannot install fonts-dejavu-core; as root: apt-get install" \
+      "fonts-dejavu-core. The CSV is $csv"
+    return 1
+  fi
 }

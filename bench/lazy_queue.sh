@@ -36,7 +36,6 @@ readonly CONFIRMS=500
 readonly PREFETCH=1000
 readonly JAVA_HEAP="${PERFTEST_JAVA_HEAP:--Xmx1g}"
 readonly SAMPLER="$REPO_ROOT/bench/sample_broker.py"
-readonly DEFAULT_FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
 
 messages=3000000
 size=1024
@@ -134,13 +133,7 @@ say() {
 # check_disk: RabbitMQ writes every message to the temporary directory; ask for twice the
 # bodies' size free there.
 check_disk() {
-  local need_mib=$((2 * messages * (size + 200) / 1048576 + 1024)) free_mib
-  free_mib="$(df -Pm "$work_dir" | awk 'NR == 2 { print $4 }')"
-  if [[ "$free_mib" -lt "$need_mib" ]]; then
-    echo "lazy-queue: $free_mib MiB free in $(dirname "$work_dir"), $need_mib MiB wanted;" \
-      "free space or set TMPDIR to a larger disk" >&2
-    exit 1
-  fi
+  require_free_mib lazy-queue $((2 * messages * (size + 200) / 1048576 + 1024))
 }
 
 # run_broker NAME: one broker from start to stop, its samples appended to the CSV.
@@ -221,13 +214,6 @@ perftest() {
   say "$name: $phase: ${took}s, average $rate msg/s"
 }
 
-stop_sampler() {
-  [[ -n "$sampler_pid" ]] || return 0
-  kill -TERM "$sampler_pid" 2>/dev/null || true
-  wait "$sampler_pid" 2>/dev/null || true
-  sampler_pid=""
-}
-
 # summarise NAME: RSS at the end of each phase and its peak, from the CSV.
 summarise() {
   awk -F , -v name="$1" '$1 == name {
@@ -254,7 +240,7 @@ draw_charts() {
       return 1
     }
   fi
-  install_font || return 1
+  install_chart_font lazy-queue "$csv" || return 1
   local title="$messages persistent messages of $size B into one durable queue, rest" \
     title_end="${rest_s}s, consume"
   "$plot" --csv "$csv" --x second --y rss_mib --series broker --marks phase \
@@ -264,18 +250,6 @@ draw_charts() {
     --title "Ready messages: $title $title_end" --x-label "seconds since broker start" \
     --y-label "messages ready" --out "$prefix-ready.png" || return 1
   say "lazy-queue: charts ${prefix##*/}-rss.png ${prefix##*/}-ready.png"
-}
-
-# install_font: warren-plot draws text with DejaVu Sans from Debian's fonts-dejavu-core.
-install_font() {
-  [[ ! -f "$DEFAULT_FONT" ]] || return 0
-  echo "lazy-queue: installing Debian's fonts-dejavu-core for the chart text"
-  if ! { apt-get update -qq \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core; }; then
-    echo "lazy-queue: cannot install fonts-dejavu-core; as root: apt-get install" \
-      "fonts-dejavu-core. The CSV is $csv"
-    return 1
-  fi
 }
 
 cleanup() {
