@@ -85,10 +85,6 @@ impl Broker {
         self.store.close();
     }
 
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
         self.vhosts.read().get(name).cloned()
     }

@@ -165,10 +165,6 @@ impl Store {
         Ok((store, scan.recovered))
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.0.dir
-    }
-
     /// Writes the batch (one `write` per segment it spans) and accounts for it; fills
     /// `locations` with where each enqueue record went, in order. The batch is emptied.
     ///
@@ -249,7 +245,6 @@ impl Store {
                 record::index_entry(&batch.buf[offset..record_end], at, &mut writer.index);
                 writer.index_records += 1;
                 if enqueue {
-                    let at = base as usize + (offset - start);
                     locations.push(Location::new(segment, at, record_end - offset));
                     *writer.live.entry(segment).or_default() += 1;
                 }

@@ -405,6 +405,7 @@ impl ClassicQueue {
                 );
             }
             persist.enqueued.clear();
+            persist.done_unwritten.clear();
             return;
         }
         // The turn's messages are where dispatch left them: still ready, or unacked.
