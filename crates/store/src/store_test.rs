@@ -175,12 +175,21 @@ fn segments_rotate_and_acked_ones_are_deleted_oldest_first() {
     assert_eq!(&store.read(locations[999]).unwrap()[..], b"message 1000");
     store.close();
     drop(store);
-    let (_, mut recovered) = open(dir.path(), 4096);
-    let queue = recovered.take(1).unwrap();
-    assert_eq!(
-        queue.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
-        [1000]
-    );
+    assert_eq!(reopen_seqs(dir.path(), 4096, 1), [1000]);
+}
+
+/// Opens the store again and returns the sequence numbers it recovered for `queue`.
+fn reopen_seqs(dir: &Path, segment_bytes: u64, queue: u64) -> Vec<u64> {
+    let (_, mut recovered) = open(dir, segment_bytes);
+    let queue = recovered
+        .take(queue)
+        .expect("the queue has messages to recover");
+    queue.messages.iter().map(|m| m.seq).collect()
+}
+
+/// The offset just past the record at `location`.
+fn record_end(location: Location) -> usize {
+    location.offset as usize + location.len.get() as usize
 }
 
 /// Ten durable messages in one segment, then a crash: their locations, the segment's path
@@ -198,15 +207,15 @@ fn ten_messages_then_crash(dir: &Path) -> (Vec<Location>, PathBuf, Vec<u8>) {
 fn a_corrupt_record_is_skipped_and_the_rest_recovered() {
     let dir = tempfile::tempdir().unwrap();
     let (locations, path, mut bytes) = ten_messages_then_crash(dir.path());
-    let flip = locations[3].offset as usize + locations[3].len.get() as usize - 2;
+    let flip = record_end(locations[3]) - 2;
     bytes[flip] ^= 0xff;
     let torn = locations[9].offset as usize + 5;
     bytes.truncate(torn);
     fs::write(&path, &bytes).unwrap();
-    let (_, mut recovered) = open(dir.path(), 1 << 20);
-    let queue = recovered.take(1).unwrap();
-    let seqs: Vec<u64> = queue.messages.iter().map(|m| m.seq).collect();
-    assert_eq!(seqs, [1, 2, 3, 5, 6, 7, 8, 9]);
+    assert_eq!(
+        reopen_seqs(dir.path(), 1 << 20, 1),
+        [1, 2, 3, 5, 6, 7, 8, 9]
+    );
 }
 
 #[test]
@@ -381,16 +390,9 @@ fn segments_larger_than_a_read_chunk_recover_whole_also_with_huge_records() {
     let path = segment_path(&dir.path().join("store"), locations[0].segment);
     let mut bytes = fs::read(&path).unwrap();
     let victim = locations[4500];
-    bytes[victim.offset as usize + victim.len.get() as usize - 1] ^= 1;
+    bytes[record_end(victim) - 1] ^= 1;
     fs::write(&path, &bytes).unwrap();
-    let (_, mut recovered) = open(dir.path(), 256 << 20);
-    let seqs: Vec<u64> = recovered
-        .take(3)
-        .unwrap()
-        .messages
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let seqs = reopen_seqs(dir.path(), 256 << 20, 3);
     assert_eq!(seqs.len(), 5999);
     assert!(!seqs.contains(&4501));
 }
@@ -400,7 +402,7 @@ fn a_torn_write_into_preallocated_space_loses_only_that_record() {
     let dir = tempfile::tempdir().unwrap();
     let (locations, path, mut bytes) = ten_messages_then_crash(dir.path());
     let last = locations[9];
-    let end = last.offset as usize + last.len.get() as usize;
+    let end = record_end(last);
     assert!(
         bytes.len() > end,
         "the segment is preallocated past its data"
@@ -408,14 +410,7 @@ fn a_torn_write_into_preallocated_space_loses_only_that_record() {
     assert!(bytes[end..].iter().all(|&b| b == 0));
     bytes[end - 6..end].fill(0); // the write stopped short of the record's end
     fs::write(&path, &bytes).unwrap();
-    let (_, mut recovered) = open(dir.path(), 1 << 20);
-    let seqs: Vec<u64> = recovered
-        .take(1)
-        .unwrap()
-        .messages
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let seqs = reopen_seqs(dir.path(), 1 << 20, 1);
     assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
 }
 
@@ -444,7 +439,7 @@ fn sealed_segments_recover_from_their_index_and_bodies_are_checked_when_read() {
     let path = segment_path(&store_dir, segment);
     let mut bytes = fs::read(&path).unwrap();
     let victim = locations[9];
-    bytes[victim.offset as usize + victim.len.get() as usize - 1] ^= 1;
+    bytes[record_end(victim) - 1] ^= 1;
     fs::write(&path, &bytes).unwrap();
     let (store, mut recovered) = open(dir.path(), 1 << 20);
     let queue = recovered.take(1).unwrap();
@@ -465,14 +460,7 @@ fn sealed_segments_recover_from_their_index_and_bodies_are_checked_when_read() {
     let at = bytes.len() - 3;
     bytes[at] ^= 0xff;
     fs::write(&index, &bytes).unwrap();
-    let (_, mut recovered) = open(dir.path(), 1 << 20);
-    let seqs: Vec<u64> = recovered
-        .take(1)
-        .unwrap()
-        .messages
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let seqs = reopen_seqs(dir.path(), 1 << 20, 1);
     let expected: Vec<u64> = (3..=20).filter(|&s| s != 10).collect();
     assert_eq!(seqs, expected);
 }
