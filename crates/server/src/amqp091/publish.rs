@@ -322,22 +322,33 @@ impl Connection {
     /// ticket that comes back through the outbox (`on_confirmed`); confirms go out in order.
     pub(super) async fn flush_pending(&mut self) {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
-        let durable = publishes
-            .values()
-            .any(|(queue, batch)| stores_durably(queue) && batch.iter().any(|m| m.persistent));
-        let commit_reply = self.pending.commit_reply.take();
-        let ticket = (durable || commit_reply.is_some()).then(|| {
-            self.pending.next_ticket += 1;
-            ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone(), commit_reply)
-        });
+        let mut commit_reply = self.pending.commit_reply.take();
+        let mut ticket = None; // made for the first batch that must wait for the store
         for (_, (queue, batch)) in publishes.drain() {
-            let confirm = ticket
-                .as_ref()
-                .filter(|_| stores_durably(&queue) && batch.iter().any(|m| m.persistent))
-                .cloned();
+            let waits = stores_durably(&queue) && batch.iter().any(|m| m.persistent);
+            let confirm = waits.then(|| {
+                ticket
+                    .get_or_insert_with(|| {
+                        self.pending.next_ticket += 1;
+                        let id = self.pending.next_ticket;
+                        ConfirmTicket::new(id, self.outbox.clone(), commit_reply.take())
+                    })
+                    .clone()
+            });
             self.send_publishes(&queue, batch, confirm).await;
         }
+        // What this flush's confirms wait for, if anything.
+        let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
         drop(ticket); // the queues hold the rest of it
+        if let Some(reply) = commit_reply {
+            // Nothing to wait for: the commit's ticket comes back at once.
+            self.pending.next_ticket += 1;
+            drop(ConfirmTicket::new(
+                self.pending.next_ticket,
+                self.outbox.clone(),
+                Some(reply),
+            ));
+        }
         self.pending.publishes = publishes;
         let mut settles = std::mem::take(&mut self.pending.settles);
         for ((_, op), (queue, seqs)) in settles.drain() {
@@ -345,7 +356,6 @@ impl Connection {
         }
         self.pending.settles = settles;
         let confirm_channels = std::mem::take(&mut self.pending.confirm_channels);
-        let ticket = durable.then_some(self.pending.next_ticket);
         for id in &confirm_channels {
             let Some(confirm) = self.channels.get_mut(id).and_then(|c| c.confirm.as_mut()) else {
                 continue;
@@ -353,7 +363,7 @@ impl Connection {
             if confirm.published > confirm.waiting.back().map_or(confirm.acked, |w| w.up_to) {
                 confirm.waiting.push_back(WaitingConfirm {
                     up_to: confirm.published,
-                    ticket,
+                    ticket: waiting_for,
                     ok: true,
                 });
             }
