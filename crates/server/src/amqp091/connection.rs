@@ -73,7 +73,9 @@ pub struct Connection {
     events: Vec<Event>,
     pub(super) vhost: Option<Arc<VHost>>,
     pub(super) user: String,
-    pub(super) channels: FxHashMap<u16, Channel>,
+    /// Boxed: a map leaves buckets empty, and an empty bucket costs a pointer this way
+    /// rather than a whole `Channel`.
+    pub(super) channels: FxHashMap<u16, Box<Channel>>,
     pub(super) tuning: Tuning,
     pub(super) caps: ClientCaps,
     pub(super) pending: Pending,
@@ -116,14 +118,18 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         closed_by_client: false,
     };
     let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
-        Ok(Ok(())) => conn.run().await,
+        Ok(Ok(())) => {
+            // The handshake's frames (connection.start is the largest) are written.
+            conn.out.shrink();
+            conn.run().await
+        }
         Ok(Err(fault)) => Err(fault),
         Err(_) => Err(Fault::Gone("handshake timeout".into())),
     };
     if let Err(fault) = outcome {
         conn.close_with(fault).await;
     }
-    conn.teardown().await;
+    Box::pin(conn.teardown()).await;
     if conn.closed_by_client {
         // As RabbitMQ: after close-ok it is the client that closes the socket.
         let mut scratch = [0u8; 64];
@@ -171,34 +177,25 @@ impl Connection {
 
     async fn run(&mut self) -> Result<(), Fault> {
         let heartbeat = Duration::from_secs(u64::from(self.tuning.heartbeat));
-        let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
-            Duration::from_secs(3600)
-        } else {
-            heartbeat / 2
+        // No timer at all for a connection without heartbeats.
+        let mut ticker = (!heartbeat.is_zero()).then(|| {
+            let mut ticker = tokio::time::interval(heartbeat / 2);
+            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            ticker
         });
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
-            self.rbuf.reserve(self.read_chunk);
-            let space = self.rbuf.capacity() - self.rbuf.len();
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf) => {
-                    let read = read?;
-                    if read == 0 {
-                        return Err(Fault::Gone("peer closed the socket".into()));
-                    }
-                    self.adapt_read_chunk(read, space);
-                    self.read_idle_ticks = 0;
-                    self.on_read().await?;
-                    if self.rbuf.is_empty() && self.rbuf.capacity() > self.read_chunk * 2 {
-                        // After a burst: give the large buffer back.
-                        self.rbuf = BytesMut::new();
-                    }
+                // The read buffer is reserved once the socket is readable, not while waiting,
+                // so that an idle connection holds none.
+                ready = self.reader.readable() => {
+                    ready?;
+                    self.read_ready().await?;
                 }
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
-                _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
+                _ = tick(&mut ticker) => self.on_tick(heartbeat)?,
                 _ = shutdown.changed() => {
                     return Err(Fault::connection(
                         reply_code::CONNECTION_FORCED,
@@ -212,6 +209,35 @@ impl Connection {
             self.grant_credit().await;
             self.flush().await?;
         }
+    }
+
+    /// Reads what the socket has and handles it. The buffer's reserve starts small and
+    /// doubles while reads fill it (a busy publisher then gets many frames per syscall). Once
+    /// everything read is decoded, a connection reading little gives the buffer back, as does
+    /// one after a burst: the next read takes a fresh one.
+    async fn read_ready(&mut self) -> Result<(), Fault> {
+        // A read counts against tokio's cooperative budget, readiness does not: without this,
+        // a socket that is always readable (a flooding publisher) would never let the task
+        // yield to the others on its worker thread.
+        tokio::task::consume_budget().await;
+        self.rbuf.reserve(self.read_chunk);
+        let space = self.rbuf.capacity() - self.rbuf.len();
+        match self.reader.try_read_buf(&mut self.rbuf) {
+            Ok(0) => return Err(Fault::Gone("peer closed the socket".into())),
+            Ok(read) => {
+                self.adapt_read_chunk(read, space);
+                self.read_idle_ticks = 0;
+                self.on_read().await?;
+            }
+            // The readiness was stale (tokio cleared it): wait again.
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error.into()),
+        }
+        let idle = self.read_chunk == READ_CHUNK_MIN_BYTES;
+        if self.rbuf.is_empty() && (idle || self.rbuf.capacity() > self.read_chunk * 2) {
+            self.rbuf = BytesMut::new();
+        }
+        Ok(())
     }
 
     fn adapt_read_chunk(&mut self, read: usize, space: usize) {
@@ -236,22 +262,21 @@ impl Connection {
             return Err(Fault::Gone("missed heartbeats".into()));
         }
         if !std::mem::take(&mut self.wrote_since_tick) && self.out.is_empty() {
+            // Quiet for half an interval: no need to keep what the last burst grew.
+            self.out.shrink();
             self.out.heartbeat();
         }
         Ok(())
     }
 
     /// Decodes and handles every complete frame in the read buffer, then hands the publishes
-    /// they carried to their queues.
+    /// they carried to their queues (also when a frame ends the connection).
     async fn on_read(&mut self) -> Result<(), Fault> {
-        loop {
+        let outcome = loop {
             let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
                 Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(error) => {
-                    self.flush_pending().await;
-                    return Err(Fault::decode(&error));
-                }
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(Fault::decode(&error)),
             };
             match self.on_frame(frame).await {
                 Ok(()) => {}
@@ -262,17 +287,16 @@ impl Connection {
                     class_id,
                     method_id,
                 }) => {
-                    self.close_channel_with(channel, code, text, class_id, method_id)
+                    // Boxed, as every rare path: the connection future is as large as its
+                    // largest await, and every idle connection holds it.
+                    Box::pin(self.close_channel_with(channel, code, text, class_id, method_id))
                         .await
                 }
-                Err(fault) => {
-                    self.flush_pending().await;
-                    return Err(fault);
-                }
+                Err(fault) => break Err(fault),
             }
-        }
+        };
         self.flush_pending().await;
-        Ok(())
+        outcome
     }
 
     async fn on_frame(&mut self, frame: Frame) -> Result<(), Fault> {
@@ -283,22 +307,10 @@ impl Connection {
                 format!("heartbeat frame on channel {channel}; heartbeats belong on channel 0"),
                 Cause::default(),
             )),
-            Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
-            Frame::Method { channel, method } => {
-                if !matches!(
-                    method,
-                    Method::BasicPublish(_)
-                        | Method::BasicAck(_)
-                        | Method::BasicNack(_)
-                        | Method::BasicReject(_)
-                ) {
-                    // Anything else sees the effects of the publishes and settlements before
-                    // it, as the client sent them (a passive declare counts them; its reply
-                    // tells the client its acks reached the queues).
-                    self.flush_pending().await;
-                }
-                self.on_channel_frame(channel, method).await
+            Frame::Method { channel: 0, method } => {
+                Box::pin(self.on_connection_method(method)).await
             }
+            Frame::Method { channel, method } => self.on_channel_frame(channel, method).await,
             Frame::Header { channel, header } => self.on_header(channel, header),
             Frame::Body { channel, payload } => self.on_body(channel, payload),
         }
@@ -400,7 +412,7 @@ impl Connection {
         let ids: Vec<u16> = self.channels.keys().copied().collect();
         for id in ids {
             if let Some(channel) = self.channels.remove(&id) {
-                self.release_channel(channel).await;
+                self.release_channel(*channel).await;
             }
         }
         self.requeue_outbox();
@@ -412,5 +424,15 @@ impl Connection {
                     .await;
             }
         }
+    }
+}
+
+/// The next heartbeat tick; never, without heartbeats.
+async fn tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }

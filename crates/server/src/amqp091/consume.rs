@@ -102,27 +102,14 @@ impl Connection {
                 self.out.method(id, &Method::BasicQosOk(Default::default()));
                 Ok(())
             }
-            Method::BasicConsume(consume) => self.on_consume(id, consume, cause).await,
-            Method::BasicCancel(cancel) => self.on_cancel(id, cancel).await,
-            Method::BasicGet(get) => self.on_get(id, get.queue.as_str(), get.no_ack, cause).await,
-            Method::BasicAck(ack) => {
-                self.settle(id, ack.delivery_tag, ack.multiple, SettleOp::Ack, cause)
+            // Boxed: rare next to acks (see `Connection::on_read`).
+            Method::BasicConsume(consume) => Box::pin(self.on_consume(id, consume, cause)).await,
+            Method::BasicCancel(cancel) => Box::pin(self.on_cancel(id, cancel)).await,
+            Method::BasicGet(get) => {
+                Box::pin(self.on_get(id, get.queue.as_str(), get.no_ack, cause)).await
             }
-            Method::BasicNack(nack) => {
-                let op = if nack.requeue {
-                    SettleOp::Requeue
-                } else {
-                    SettleOp::Discard
-                };
-                self.settle(id, nack.delivery_tag, nack.multiple, op, cause)
-            }
-            Method::BasicReject(reject) => {
-                let op = if reject.requeue {
-                    SettleOp::Requeue
-                } else {
-                    SettleOp::Discard
-                };
-                self.settle(id, reject.delivery_tag, false, op, cause)
+            Method::BasicAck(_) | Method::BasicNack(_) | Method::BasicReject(_) => {
+                self.on_settle_method(id, method, cause)
             }
             Method::BasicRecover(recover) => {
                 self.recover(id, recover.requeue, cause)?;
@@ -131,7 +118,37 @@ impl Connection {
                 Ok(())
             }
             Method::BasicRecoverAsync(recover) => self.recover(id, recover.requeue, cause),
-            other => self.on_mode_method(id, other, cause).await,
+            other => Box::pin(self.on_mode_method(id, other, cause)).await,
+        }
+    }
+
+    /// basic.ack, basic.nack and basic.reject.
+    pub(super) fn on_settle_method(
+        &mut self,
+        id: u16,
+        method: Method,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let requeue_op = |requeue| {
+            if requeue {
+                SettleOp::Requeue
+            } else {
+                SettleOp::Discard
+            }
+        };
+        match method {
+            Method::BasicAck(ack) => {
+                self.settle(id, ack.delivery_tag, ack.multiple, SettleOp::Ack, cause)
+            }
+            Method::BasicNack(nack) => {
+                let op = requeue_op(nack.requeue);
+                self.settle(id, nack.delivery_tag, nack.multiple, op, cause)
+            }
+            Method::BasicReject(reject) => {
+                let op = requeue_op(reject.requeue);
+                self.settle(id, reject.delivery_tag, false, op, cause)
+            }
+            _ => unreachable!("invariant: only settlements are routed here"),
         }
     }
 
@@ -145,7 +162,7 @@ impl Connection {
                 if channel.tx.is_some() {
                     return Err(precondition("cannot switch from tx to confirm mode"));
                 }
-                channel.confirm.get_or_insert_with(Confirms::default);
+                channel.confirm.get_or_insert_with(Box::<Confirms>::default);
                 if !select.nowait {
                     self.out
                         .method(id, &Method::ConfirmSelectOk(Default::default()));
@@ -155,7 +172,7 @@ impl Connection {
                 if channel.confirm.is_some() {
                     return Err(precondition("cannot switch from confirm to tx mode"));
                 }
-                channel.tx.get_or_insert_with(TxBuffer::default);
+                channel.tx.get_or_insert_with(Box::<TxBuffer>::default);
                 self.out.method(id, &Method::TxSelectOk(Default::default()));
             }
             Method::TxCommit(_) => {

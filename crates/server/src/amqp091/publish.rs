@@ -449,7 +449,8 @@ impl Connection {
                 }
                 () = outbox.notified() => {
                     self.on_events();
-                    self.grant_credit().await;
+                    // Boxed: only while a queue pushes back (see `Connection::on_read`).
+                    Box::pin(self.grant_credit()).await;
                     if self.flush().await.is_err() {
                         return; // the socket is gone; teardown follows
                     }

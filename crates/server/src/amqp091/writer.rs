@@ -97,6 +97,15 @@ impl Writer {
         self.encode.is_empty() && self.queued.is_empty()
     }
 
+    /// Gives back the buffers of a writer with nothing to write (after the handshake, or once
+    /// a connection has gone quiet); the next frame starts a small one.
+    pub fn shrink(&mut self) {
+        if self.is_empty() {
+            self.encode = BytesMut::new();
+            self.queued = VecDeque::new();
+        }
+    }
+
     /// Writes everything queued, in as few syscalls as the socket allows.
     pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
         self.seal();
