@@ -76,18 +76,8 @@ impl Connection {
             .expect("invariant: channels exist only after connection.open")
     }
 
-    /// A method on a channel: publishes and acks synchronously, anything else through a boxed
-    /// future (see `Connection::on_read`).
-    pub(super) async fn on_channel_frame(&mut self, id: u16, method: Method) -> Result<(), Fault> {
-        match method {
-            Method::BasicPublish(_) | Method::BasicAck(_) | Method::BasicNack(_) => {
-                self.on_hot_method(id, method)
-            }
-            method => Box::pin(self.on_cold_method(id, method)).await,
-        }
-    }
-
-    fn on_hot_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
+    /// basic.publish, basic.ack and basic.nack: the message path, without a future.
+    pub(super) fn on_hot_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
         let cause = Cause::of(&method);
         if !self.admit(id, &method, cause)? {
             return Ok(());
@@ -98,7 +88,8 @@ impl Connection {
         }
     }
 
-    async fn on_cold_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
+    /// Any other method on a channel (run in a boxed future: see `Connection::on_read`).
+    pub(super) async fn on_cold_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
         // Anything else sees the effects of the publishes and settlements before it, as the
         // client sent them (a passive declare counts them; its reply tells the client its acks
         // reached the queues).
@@ -163,7 +154,7 @@ impl Connection {
         match method {
             Method::ChannelClose(_) => {
                 if let Some(channel) = self.channels.remove(&id) {
-                    Box::pin(self.release_channel(*channel)).await;
+                    self.release_channel(*channel).await;
                 }
                 self.out
                     .method(id, &Method::ChannelCloseOk(Default::default()));
@@ -202,7 +193,7 @@ impl Connection {
             | Method::QueueBind(_)
             | Method::QueueUnbind(_)
             | Method::QueuePurge(_)
-            | Method::QueueDelete(_) => Box::pin(self.on_queue_method(id, method, cause)).await,
+            | Method::QueueDelete(_) => self.on_queue_method(id, method, cause).await,
             other => self.on_basic_method(id, other, cause).await,
         }
     }

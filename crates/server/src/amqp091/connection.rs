@@ -117,10 +117,14 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         wrote_since_tick: false,
         closed_by_client: false,
     };
-    let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
+    let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
+    let outcome = match handshake {
         Ok(Ok(())) => {
-            // The handshake's frames (connection.start is the largest) are written.
+            // The handshake's buffers are not needed again (connection.start is the largest
+            // frame a connection writes until its clients publish or consume).
             conn.out.shrink();
+            conn.give_back_read_buffer();
             conn.run().await
         }
         Ok(Err(fault)) => Err(fault),
@@ -130,6 +134,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         conn.close_with(fault).await;
     }
     Box::pin(conn.teardown()).await;
+    drop(open);
     if conn.closed_by_client {
         // As RabbitMQ: after close-ok it is the client that closes the socket.
         let mut scratch = [0u8; 64];
@@ -187,11 +192,15 @@ impl Connection {
         let outbox = self.outbox.clone();
         loop {
             tokio::select! {
-                // The read buffer is reserved once the socket is readable, not while waiting,
-                // so that an idle connection holds none.
-                ready = self.reader.readable() => {
-                    ready?;
-                    self.read_ready().await?;
+                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk) => {
+                    let (read, space) = read?;
+                    if read == 0 {
+                        return Err(Fault::Gone("peer closed the socket".into()));
+                    }
+                    self.adapt_read_chunk(read, space);
+                    self.read_idle_ticks = 0;
+                    self.on_read().await?;
+                    self.give_back_read_buffer();
                 }
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
@@ -211,33 +220,15 @@ impl Connection {
         }
     }
 
-    /// Reads what the socket has and handles it. The buffer's reserve starts small and
-    /// doubles while reads fill it (a busy publisher then gets many frames per syscall). Once
-    /// everything read is decoded, a connection reading little gives the buffer back, as does
-    /// one after a burst: the next read takes a fresh one.
-    async fn read_ready(&mut self) -> Result<(), Fault> {
-        // A read counts against tokio's cooperative budget, readiness does not: without this,
-        // a socket that is always readable (a flooding publisher) would never let the task
-        // yield to the others on its worker thread.
-        tokio::task::consume_budget().await;
-        self.rbuf.reserve(self.read_chunk);
-        let space = self.rbuf.capacity() - self.rbuf.len();
-        match self.reader.try_read_buf(&mut self.rbuf) {
-            Ok(0) => return Err(Fault::Gone("peer closed the socket".into())),
-            Ok(read) => {
-                self.adapt_read_chunk(read, space);
-                self.read_idle_ticks = 0;
-                self.on_read().await?;
-            }
-            // The readiness was stale (tokio cleared it): wait again.
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error.into()),
-        }
-        let idle = self.read_chunk == READ_CHUNK_MIN_BYTES;
-        if self.rbuf.is_empty() && (idle || self.rbuf.capacity() > self.read_chunk * 2) {
+    /// Drops the read buffer once everything in it is decoded, for a connection that reads
+    /// little (its reserve is at the minimum: an idle one holds no buffer while it waits), or
+    /// after a burst. A busy connection keeps its buffer, whose reserve doubles while reads
+    /// fill it, so that a publisher gets many frames per syscall.
+    fn give_back_read_buffer(&mut self) {
+        let quiet = self.read_chunk == READ_CHUNK_MIN_BYTES;
+        if self.rbuf.is_empty() && (quiet || self.rbuf.capacity() > self.read_chunk * 2) {
             self.rbuf = BytesMut::new();
         }
-        Ok(())
     }
 
     fn adapt_read_chunk(&mut self, read: usize, space: usize) {
@@ -278,7 +269,15 @@ impl Connection {
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(Fault::decode(&error)),
             };
-            match self.on_frame(frame).await {
+            // Publishes, their content and acks are handled without a future; every other
+            // frame through a boxed one: the connection future is as large as its largest
+            // await, and every idle connection holds it.
+            let handled = match self.on_hot_frame(frame) {
+                Ok(None) => Ok(()),
+                Ok(Some(frame)) => Box::pin(self.on_frame(frame)).await,
+                Err(fault) => Err(fault),
+            };
+            match handled {
                 Ok(()) => {}
                 Err(Fault::Channel {
                     channel,
@@ -287,8 +286,6 @@ impl Connection {
                     class_id,
                     method_id,
                 }) => {
-                    // Boxed, as every rare path: the connection future is as large as its
-                    // largest await, and every idle connection holds it.
                     Box::pin(self.close_channel_with(channel, code, text, class_id, method_id))
                         .await
                 }
@@ -299,18 +296,32 @@ impl Connection {
         outcome
     }
 
+    /// The message path: basic.publish, content headers and bodies, basic.ack and nack, and
+    /// heartbeats. Any other frame is handed back for `on_frame`.
+    fn on_hot_frame(&mut self, frame: Frame) -> Result<Option<Frame>, Fault> {
+        match frame {
+            Frame::Heartbeat { channel: 0 } => {}
+            Frame::Method {
+                channel: channel @ 1..,
+                method:
+                    method @ (Method::BasicPublish(_) | Method::BasicAck(_) | Method::BasicNack(_)),
+            } => self.on_hot_method(channel, method)?,
+            Frame::Header { channel, header } => self.on_header(channel, header)?,
+            Frame::Body { channel, payload } => self.on_body(channel, payload)?,
+            other => return Ok(Some(other)),
+        }
+        Ok(None)
+    }
+
     async fn on_frame(&mut self, frame: Frame) -> Result<(), Fault> {
         match frame {
-            Frame::Heartbeat { channel: 0 } => Ok(()),
             Frame::Heartbeat { channel } => Err(Fault::connection(
                 reply_code::FRAME_ERROR,
                 format!("heartbeat frame on channel {channel}; heartbeats belong on channel 0"),
                 Cause::default(),
             )),
-            Frame::Method { channel: 0, method } => {
-                Box::pin(self.on_connection_method(method)).await
-            }
-            Frame::Method { channel, method } => self.on_channel_frame(channel, method).await,
+            Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
+            Frame::Method { channel, method } => self.on_cold_method(channel, method).await,
             Frame::Header { channel, header } => self.on_header(channel, header),
             Frame::Body { channel, payload } => self.on_body(channel, payload),
         }
@@ -435,4 +446,21 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
         }
         None => std::future::pending().await,
     }
+}
+
+/// Reads into `rbuf` with at least `chunk` bytes of room; returns the bytes read and the room
+/// there was. A buffer that was given back is reserved again only once the socket is readable,
+/// so that a connection waiting for its client holds none.
+async fn read_into(
+    reader: &mut OwnedReadHalf,
+    rbuf: &mut BytesMut,
+    chunk: usize,
+) -> std::io::Result<(usize, usize)> {
+    if rbuf.capacity() == 0 {
+        reader.readable().await?;
+    }
+    rbuf.reserve(chunk);
+    let space = rbuf.capacity() - rbuf.len();
+    let read = reader.read_buf(rbuf).await?;
+    Ok((read, space))
 }

@@ -102,12 +102,9 @@ impl Connection {
                 self.out.method(id, &Method::BasicQosOk(Default::default()));
                 Ok(())
             }
-            // Boxed: rare next to acks (see `Connection::on_read`).
-            Method::BasicConsume(consume) => Box::pin(self.on_consume(id, consume, cause)).await,
-            Method::BasicCancel(cancel) => Box::pin(self.on_cancel(id, cancel)).await,
-            Method::BasicGet(get) => {
-                Box::pin(self.on_get(id, get.queue.as_str(), get.no_ack, cause)).await
-            }
+            Method::BasicConsume(consume) => self.on_consume(id, consume, cause).await,
+            Method::BasicCancel(cancel) => self.on_cancel(id, cancel).await,
+            Method::BasicGet(get) => self.on_get(id, get.queue.as_str(), get.no_ack, cause).await,
             Method::BasicAck(_) | Method::BasicNack(_) | Method::BasicReject(_) => {
                 self.on_settle_method(id, method, cause)
             }
@@ -118,7 +115,7 @@ impl Connection {
                 Ok(())
             }
             Method::BasicRecoverAsync(recover) => self.recover(id, recover.requeue, cause),
-            other => Box::pin(self.on_mode_method(id, other, cause)).await,
+            other => self.on_mode_method(id, other, cause).await,
         }
     }
 
@@ -585,6 +582,11 @@ impl Connection {
     /// Gives consumers back the credit their written or settled deliveries freed; batched so
     /// a busy consumer costs one credit command per half window, not one per message.
     pub(super) async fn grant_credit(&mut self) {
+        send_credit(self.credit_due()).await;
+    }
+
+    /// The credit to grant now: (queue, consumer, credit).
+    pub(super) fn credit_due(&mut self) -> Vec<(QueueHandle, u64, u32)> {
         let mut grants: Vec<(QueueHandle, u64, u32)> = Vec::new();
         for channel in self.channels.values_mut() {
             if channel.closing || channel.consumers.is_empty() {
@@ -601,9 +603,14 @@ impl Connection {
                 }
             }
         }
-        for (queue, consumer, credit) in grants {
-            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
-        }
+        grants
+    }
+}
+
+/// Sends the credit `credit_due` found.
+pub(super) async fn send_credit(grants: Vec<(QueueHandle, u64, u32)>) {
+    for (queue, consumer, credit) in grants {
+        let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
     }
 }
 

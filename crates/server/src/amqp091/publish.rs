@@ -449,8 +449,11 @@ impl Connection {
                 }
                 () = outbox.notified() => {
                     self.on_events();
-                    // Boxed: only while a queue pushes back (see `Connection::on_read`).
-                    Box::pin(self.grant_credit()).await;
+                    let grants = self.credit_due();
+                    if !grants.is_empty() {
+                        // Boxed: rare (see `Connection::on_read`).
+                        Box::pin(super::consume::send_credit(grants)).await;
+                    }
                     if self.flush().await.is_err() {
                         return; // the socket is gone; teardown follows
                     }
