@@ -69,10 +69,12 @@ pub async fn run<D: Driver + Clone>(
         hold(driver, &mut idle, options, out, held_from).await;
     }
     let held_s = held_from.elapsed().as_secs_f64();
+    let closing_from = Instant::now();
     let closed = close_all(driver, idle, options, out).await;
+    let close_s = closing_from.elapsed().as_secs_f64();
     say(
         out,
-        &format!("id: {id}, held {held_s:.1} s, closed {closed} connections"),
+        &format!("id: {id}, held {held_s:.1} s, closed {closed} connections in {close_s:.3} s"),
     );
     report.connections = Some(ConnectionsReport {
         requested: count,
@@ -82,6 +84,7 @@ pub async fn run<D: Driver + Clone>(
         open_s,
         held_s,
         closed,
+        close_s,
     });
     match failure {
         Some(error) => Err(error),
@@ -254,10 +257,10 @@ async fn close_all<D: Driver + Clone>(
                 }
             }
             _ = ticker.tick() => {
-                let elapsed = started.elapsed().as_secs_f64();
+                let (id, elapsed) = (&options.id, started.elapsed().as_secs_f64());
                 say(
                     out,
-                    &format!("id: {}, time {elapsed:.3} s, connections closed: {closed}", options.id),
+                    &format!("id: {id}, time {elapsed:.3} s, connections closed: {closed}"),
                 );
             }
         }

@@ -229,6 +229,9 @@ pub struct ConnectionsReport {
     pub open_s: f64,
     pub held_s: f64,
     pub closed: u32,
+    /// How long closing them took, seconds.
+    #[serde(default)]
+    pub close_s: f64,
 }
 
 /// Everything `--json` writes.
