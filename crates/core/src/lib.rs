@@ -4,6 +4,7 @@
 pub mod binding;
 pub mod broker;
 pub mod consumer;
+pub mod dead_letter;
 pub mod definitions;
 pub mod error;
 pub mod exchange;

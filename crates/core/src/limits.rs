@@ -27,3 +27,6 @@ pub const QUEUE_FLOW_BACKLOG_MAX: usize = 8_192;
 /// How long a queue in flow waits for a delivery before deciding its consumers have stalled
 /// and taking publishes again.
 pub const QUEUE_FLOW_STALL_MS: u64 = 5_000;
+/// Dead letters one queue holds while their target queues' mailboxes are full; beyond it new
+/// dead letters are dropped (see `queue::forward`).
+pub const DEAD_LETTER_PENDING_MAX: usize = 65_536;

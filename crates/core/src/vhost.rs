@@ -18,7 +18,7 @@ use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
 use crate::queue::classic::{self, Storage};
-use crate::queue::{QueueCmd, QueueDef, QueueHandle};
+use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
 use crate::value::{Table, Value};
@@ -132,7 +132,15 @@ impl VHost {
                 arguments: record.arguments,
             };
             let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
-            let handle = self.spawn_queue(def, messages);
+            let args = QueueArgs::from_def(&def).unwrap_or_else(|error| {
+                tracing::warn!(
+                    "{}: {}; its arguments are ignored",
+                    def.resource(),
+                    error.text
+                );
+                QueueArgs::default()
+            });
+            let handle = self.spawn_queue(def, args, messages);
             meta.queues.insert(record.name, handle);
         }
         meta.bindings = saved.bindings;
@@ -168,6 +176,7 @@ impl VHost {
     fn spawn_queue(
         &self,
         def: QueueDef,
+        args: QueueArgs,
         recovered: Option<warren_store::RecoveredQueue>,
     ) -> QueueHandle {
         let vhost = self.this.clone();
@@ -177,7 +186,14 @@ impl VHost {
                 vhost.forget_queue(&name);
             }
         });
-        classic::spawn(def, on_auto_delete, self.storage.clone(), recovered)
+        let setup = classic::Setup {
+            args,
+            on_auto_delete,
+            storage: self.storage.clone(),
+            recovered,
+            vhost: self.this.clone(),
+        };
+        classic::spawn(def, setup)
     }
 
     /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are

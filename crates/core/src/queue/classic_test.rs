@@ -7,8 +7,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::consumer::{Consumer, Event, Outbox};
-use crate::message::{Format, Message};
-use crate::queue::{QueueCmd, QueueDef, QueueHandle, SettleOp};
+use crate::message::Message;
+use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, SettleOp};
 use crate::value::Table;
 
 fn queue() -> ClassicQueue {
@@ -22,18 +22,21 @@ fn queue() -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(def, data_tx, control_tx))
+    ClassicQueue::new(QueueHandle::new(
+        def,
+        QueueArgs::default(),
+        data_tx,
+        control_tx,
+    ))
 }
 
 fn message(body: &'static str) -> Arc<Message> {
-    Arc::new(Message {
-        format: Format::Amqp091,
-        exchange: Bytes::new(),
-        routing_key: Bytes::from_static(b"q"),
-        properties: Bytes::from_static(&[0, 0]),
-        body: Bytes::from_static(body.as_bytes()),
-        persistent: false,
-    })
+    Arc::new(Message::new(
+        Bytes::new(),
+        Bytes::from_static(b"q"),
+        Bytes::from_static(&[0, 0]),
+        Bytes::from_static(body.as_bytes()),
+    ))
 }
 
 fn consumer(id: u64, credit: u32, priority: i64, outbox: &Arc<Outbox>) -> Consumer {
@@ -70,7 +73,9 @@ fn delivered(outbox: &Outbox) -> Vec<(u64, String, bool, u64)> {
                 d.redelivered,
                 d.seq,
             )),
-            Event::ConsumerCancelled { .. } | Event::Confirmed { .. } => None,
+            Event::ConsumerCancelled { .. }
+            | Event::Confirmed { .. }
+            | Event::PublishRejected { .. } => None,
         })
         .collect()
 }
@@ -79,6 +84,7 @@ fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
     queue.handle(QueueCmd::Publish {
         messages: bodies.iter().map(|b| message(b)).collect(),
         confirm: None,
+        tags: Vec::new(),
     });
 }
 

@@ -12,7 +12,11 @@
 //! consumers that would drain it. A control command sent before a data command is always
 //! handled before it (see `classic::run`).
 
+pub mod args;
 pub mod classic;
+mod expiry;
+mod forward;
+mod ready;
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,6 +27,8 @@ use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Deliver
 use crate::error::{resource_name, BrokerError};
 use crate::message::Message;
 use crate::value::Table;
+
+pub use args::{Overflow, QueueArgs};
 
 /// The declared shape of a queue; compared on redeclaration.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +53,7 @@ impl QueueDef {
 pub enum SettleOp {
     /// Processed: forget the message.
     Ack,
-    /// Rejected without requeue: drop it (dead-lettering comes with queue features).
+    /// Rejected without requeue: dead-letter it (reason `rejected`) or drop it.
     Discard,
     /// Put back at its original position, marked redelivered.
     Requeue,
@@ -75,6 +81,14 @@ pub enum QueueCmd {
     Publish {
         messages: Vec<Arc<Message>>,
         confirm: Option<ConfirmTicket>,
+        /// The publisher's tag of each message, for those it must hear about when the queue
+        /// refuses them (`x-overflow=reject-publish`); empty when it need not.
+        tags: Vec<u64>,
+    },
+    /// New settings from a policy change (max-priority and single-active-consumer cannot
+    /// change and are kept; a new message TTL applies to messages enqueued from now on).
+    SetArgs {
+        args: Box<QueueArgs>,
     },
     Consume {
         consumer: Consumer,
@@ -117,6 +131,8 @@ pub struct QueueHandle(Arc<HandleInner>);
 
 struct HandleInner {
     def: QueueDef,
+    /// The settings the queue was started with (a publisher reads `rejects_publishes`).
+    args: QueueArgs,
     data: mpsc::Sender<QueueCmd>,
     control: mpsc::Sender<QueueCmd>,
 }
@@ -143,10 +159,29 @@ impl fmt::Debug for QueueHandle {
 impl QueueHandle {
     pub fn new(
         def: QueueDef,
+        args: QueueArgs,
         data: mpsc::Sender<QueueCmd>,
         control: mpsc::Sender<QueueCmd>,
     ) -> QueueHandle {
-        QueueHandle(Arc::new(HandleInner { def, data, control }))
+        QueueHandle(Arc::new(HandleInner {
+            def,
+            args,
+            data,
+            control,
+        }))
+    }
+
+    pub fn args(&self) -> &QueueArgs {
+        &self.0.args
+    }
+
+    /// Sends a data command without waiting: `Err(Some(cmd))` when the mailbox is full,
+    /// `Err(None)` when the queue has stopped.
+    pub fn try_send_data(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
+        self.0.data.try_send(cmd).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(cmd) => Some(cmd),
+            mpsc::error::TrySendError::Closed(_) => None,
+        })
     }
 
     fn mailbox(&self, cmd: &QueueCmd) -> &mpsc::Sender<QueueCmd> {

@@ -133,6 +133,39 @@ impl RoutingSnapshot {
     }
 }
 
+impl RoutingSnapshot {
+    /// Routes a dead-lettered message: like `route`, but the broker may publish to internal
+    /// exchanges, and headers exchanges see no headers (core does not decode properties).
+    pub fn route_dead_letter(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        out: &mut Vec<QueueHandle>,
+    ) -> Result<(), BrokerError> {
+        if exchange.is_empty() {
+            out.extend(self.queues.get(routing_key).cloned());
+            return Ok(());
+        }
+        let Some(route) = self.exchanges.get(exchange) else {
+            return Err(BrokerError::not_found(format!(
+                "no {}",
+                resource_name("exchange", exchange, &self.vhost)
+            )));
+        };
+        let mut no_headers = || None;
+        let mut walk = Walk {
+            snapshot: self,
+            routing_key,
+            headers: &mut no_headers,
+            headers_cache: None,
+            visited: Vec::new(),
+            out,
+        };
+        walk.exchange(route);
+        Ok(())
+    }
+}
+
 fn add_binding(table: &mut Table_, binding: &Binding, target: Target) {
     match table {
         Table_::Direct(map) => map

@@ -1,5 +1,6 @@
 //! AMQP 0.9.1: one task per connection (see `connection.rs` for the turn it runs).
 
+mod annotations;
 mod channel;
 mod connection;
 mod consume;

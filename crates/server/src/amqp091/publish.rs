@@ -15,6 +15,7 @@ use warren_proto::amqp091::{
     ContentHeader, Method,
 };
 
+use super::annotations;
 use super::channel::{Unacked, WaitingConfirm};
 use super::connection::Connection;
 use super::convert::table_to_core;
@@ -26,6 +27,11 @@ const PUBLISH_CAUSE: Cause = Cause {
     method_id: 40,
 };
 pub const REPLY_TO_PSEUDO_QUEUE: &str = "amq.rabbitmq.reply-to";
+/// A publish's tag for queues that may refuse it: channel id above this many bits, the
+/// channel's confirm sequence number below (2^48 publishes per channel).
+const TAG_SEQ_BITS: u32 = 48;
+/// The tag of a publish nobody waits to hear about (no confirm mode).
+const NO_TAG: u64 = u64::MAX;
 
 /// A publish whose content is still arriving.
 pub struct Assembly {
@@ -45,7 +51,9 @@ pub struct TxBuffer {
 /// Publishes and settlements collected while decoding one read, sent per queue in batches.
 #[derive(Default)]
 pub struct Pending {
-    publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
+    /// Per target queue: the messages and, for queues that may refuse publishes, each one's
+    /// tag (see `TAG_SEQ_BITS`).
+    publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>, Vec<u64>)>,
     settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
     confirm_channels: Vec<u16>,
     /// Identifies the next confirm ticket of this connection.
@@ -55,12 +63,15 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>) {
-        self.publishes
+    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
+        let (_, messages, tags) = self
+            .publishes
             .entry(queue.key())
-            .or_insert_with(|| (queue.clone(), Vec::new()))
-            .1
-            .push(message);
+            .or_insert_with(|| (queue.clone(), Vec::new(), Vec::new()));
+        messages.push(message);
+        if queue.args().rejects_publishes() {
+            tags.push(tag);
+        }
     }
 
     pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
@@ -185,11 +196,16 @@ impl Connection {
         let publish = assembly.publish;
         self.check_user_id(id, &header.properties)?;
         let properties = self.rewrite_reply_to(id, header.properties)?;
+        let expiration_ms = annotations::expiration_ms(&properties)
+            .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
         let message = Arc::new(Message {
             format: Format::Amqp091,
             exchange: publish.exchange.to_bytes(),
             routing_key: publish.routing_key.to_bytes(),
             persistent: wire::peek_delivery_mode(&properties) == Some(2),
+            priority: wire::peek_priority(&properties).unwrap_or(0),
+            expiration_ms,
+            deaths: None,
             properties,
             body,
         });
@@ -203,13 +219,15 @@ impl Connection {
             tx.publishes.push((targets, message, publish.mandatory));
             return Ok(());
         }
+        let mut tag = NO_TAG;
         if let Some(confirm) = channel.confirm.as_mut() {
             confirm.published += 1;
+            tag = (u64::from(id) << TAG_SEQ_BITS) | confirm.published;
             if !self.pending.confirm_channels.contains(&id) {
                 self.pending.confirm_channels.push(id);
             }
         }
-        self.deliver_published(id, targets, message, publish.mandatory);
+        self.deliver_published(id, targets, message, publish.mandatory, tag);
         Ok(())
     }
 
@@ -221,6 +239,7 @@ impl Connection {
         targets: Vec<QueueHandle>,
         message: Arc<Message>,
         mandatory: bool,
+        tag: u64,
     ) {
         if targets.is_empty() {
             if mandatory {
@@ -237,7 +256,7 @@ impl Connection {
             return;
         }
         for queue in &targets {
-            self.pending.publish(queue, message.clone());
+            self.pending.publish(queue, message.clone(), tag);
         }
     }
 
@@ -324,8 +343,10 @@ impl Connection {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
-        for (_, (queue, batch)) in publishes.drain() {
-            let waits = stores_durably(&queue) && batch.iter().any(|m| m.persistent);
+        for (_, (queue, batch, tags)) in publishes.drain() {
+            // A queue that may refuse publishes answers before they are confirmed.
+            let waits = (stores_durably(&queue) && batch.iter().any(|m| m.persistent))
+                || tags.iter().any(|&tag| tag != NO_TAG);
             let confirm = waits.then(|| {
                 ticket
                     .get_or_insert_with(|| {
@@ -335,7 +356,7 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, batch, confirm).await;
+            self.send_publishes(&queue, batch, confirm, tags).await;
         }
         // What this flush's confirms wait for, if anything.
         let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
@@ -398,8 +419,27 @@ impl Connection {
         }
     }
 
+    /// Queues refused these publishes (`x-overflow=reject-publish`): they are nacked when
+    /// their confirms go out.
+    pub(super) fn on_publish_rejected(&mut self, tags: &[u64]) {
+        for &tag in tags.iter().filter(|&&tag| tag != NO_TAG) {
+            let id = u16::try_from(tag >> TAG_SEQ_BITS).unwrap_or(0);
+            let seq = tag & ((1 << TAG_SEQ_BITS) - 1);
+            let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
+                continue;
+            };
+            if seq <= confirm.acked || seq > confirm.published {
+                continue; // not this channel's current publishes (closed and reopened)
+            }
+            let at = confirm.rejected.partition_point(|&s| s < seq);
+            if confirm.rejected.get(at) != Some(&seq) {
+                confirm.rejected.insert(at, seq);
+            }
+        }
+    }
+
     /// Sends the confirms at the head of the channel's queue that no ticket holds back,
-    /// coalesced into `multiple` acks and nacks.
+    /// coalesced into `multiple` acks and nacks; a publish a queue refused is nacked alone.
     fn send_confirms(&mut self, id: u16) {
         let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
             return;
@@ -411,14 +451,28 @@ impl Connection {
                 break;
             }
             confirm.waiting.pop_front();
-            if waiting.ok {
-                ack_up_to = Some(waiting.up_to);
+            if !waiting.ok {
+                if let Some(up_to) = ack_up_to.take() {
+                    methods.push(confirm_method(confirm, up_to, true));
+                }
+                methods.push(confirm_method(confirm, waiting.up_to, false));
+                confirm.rejected.retain(|&seq| seq > waiting.up_to);
                 continue;
             }
-            if let Some(up_to) = ack_up_to.take() {
-                methods.push(confirm_method(confirm, up_to, true));
+            while let Some(&seq) = confirm.rejected.front().filter(|&&s| s <= waiting.up_to) {
+                confirm.rejected.pop_front();
+                if seq <= confirm.acked {
+                    continue;
+                }
+                if seq - 1 > confirm.acked {
+                    methods.push(confirm_method(confirm, seq - 1, true));
+                }
+                ack_up_to = None; // covered by the ack just sent
+                methods.push(confirm_method(confirm, seq, false));
             }
-            methods.push(confirm_method(confirm, waiting.up_to, false));
+            if waiting.up_to > confirm.acked {
+                ack_up_to = Some(waiting.up_to);
+            }
         }
         if let Some(up_to) = ack_up_to {
             methods.push(confirm_method(confirm, up_to, true));
@@ -436,6 +490,7 @@ impl Connection {
         queue: &QueueHandle,
         batch: Vec<Arc<Message>>,
         confirm: Option<ConfirmTicket>,
+        tags: Vec<u64>,
     ) {
         let outbox = self.outbox.clone();
         loop {
@@ -443,7 +498,7 @@ impl Connection {
                 permit = queue.reserve_data() => {
                     // A queue deleted meanwhile drops the batch: the route was taken before.
                     if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish { messages: batch, confirm });
+                        permit.send(QueueCmd::Publish { messages: batch, confirm, tags });
                     }
                     return;
                 }
@@ -480,7 +535,7 @@ impl Connection {
                 .expect("invariant: caller checked tx mode"),
         );
         for (targets, message, mandatory) in tx.publishes {
-            self.deliver_published(id, targets, message, mandatory);
+            self.deliver_published(id, targets, message, mandatory, NO_TAG);
         }
         for (op, unacked) in tx.settles {
             self.pending.settle(&unacked.queue, op, unacked.seq);
