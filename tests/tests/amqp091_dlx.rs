@@ -13,7 +13,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, ExchangeKind};
 use warren_tests::{
-    bounded, body, consume, expect_amqp_error, get, message_count, next_delivery, publish,
+    body, bounded, consume, expect_amqp_error, get, message_count, next_delivery, publish,
     publish_with, table, text, unique, TestBroker,
 };
 
@@ -92,18 +92,19 @@ fn assert_death(entry: &FieldTable, queue: &str, reason: &str, count: i64, excha
         other => panic!("time is not a timestamp: {other:?}"),
     }
     assert!(
-        matches!(header(entry, "routing-keys"), Some(AMQPValue::FieldArray(_))),
+        matches!(
+            header(entry, "routing-keys"),
+            Some(AMQPValue::FieldArray(_))
+        ),
         "{entry:?}"
     );
 }
 
 fn routing_keys(entry: &FieldTable) -> Vec<String> {
     match header(entry, "routing-keys") {
-        Some(AMQPValue::FieldArray(keys)) => keys
-            .as_slice()
-            .iter()
-            .map(|k| string(Some(k)))
-            .collect(),
+        Some(AMQPValue::FieldArray(keys)) => {
+            keys.as_slice().iter().map(|k| string(Some(k))).collect()
+        }
         other => panic!("routing-keys: {other:?}"),
     }
 }
@@ -126,7 +127,11 @@ async fn a_rejected_message_is_dead_lettered_with_x_death() {
     let delivery = next_delivery(&mut consumer).await;
     assert_eq!(body(&delivery), "payload");
     assert_eq!(delivery.exchange.as_str(), dlx, "republished to the DLX");
-    assert_eq!(delivery.routing_key.as_str(), queue, "with its own routing key");
+    assert_eq!(
+        delivery.routing_key.as_str(),
+        queue,
+        "with its own routing key"
+    );
     let deaths = x_death(&delivery);
     assert_eq!(deaths.len(), 1);
     assert_death(&deaths[0], &queue, "rejected", 1, "");
@@ -136,7 +141,11 @@ async fn a_rejected_message_is_dead_lettered_with_x_death() {
     assert_eq!(string(header(headers, "x-first-death-reason")), "rejected");
     assert_eq!(string(header(headers, "x-first-death-queue")), queue);
     assert_eq!(string(header(headers, "x-first-death-exchange")), "");
-    assert_eq!(string(header(headers, "app")), "kept", "the publisher's headers stay");
+    assert_eq!(
+        string(header(headers, "app")),
+        "kept",
+        "the publisher's headers stay"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,11 +168,22 @@ async fn an_expired_message_is_dead_lettered_with_the_routing_key_and_original_e
     let delivery = next_delivery(&mut consumer).await;
     assert_eq!(body(&delivery), "short-lived");
     assert_eq!(delivery.exchange.as_str(), "");
-    assert_eq!(delivery.routing_key.as_str(), dlq, "the dead-letter routing key");
-    assert!(delivery.properties.expiration().is_none(), "expiration removed");
+    assert_eq!(
+        delivery.routing_key.as_str(),
+        dlq,
+        "the dead-letter routing key"
+    );
+    assert!(
+        delivery.properties.expiration().is_none(),
+        "expiration removed"
+    );
     let deaths = x_death(&delivery);
     assert_death(&deaths[0], &queue, "expired", 1, "");
-    assert_eq!(routing_keys(&deaths[0]), [queue.clone()], "the original routing key");
+    assert_eq!(
+        routing_keys(&deaths[0]),
+        [queue.clone()],
+        "the original routing key"
+    );
     assert_eq!(string(header(&deaths[0], "original-expiration")), "50");
 }
 
@@ -188,7 +208,10 @@ async fn a_retry_loop_with_a_rejection_counts_deaths_per_queue_and_reason() {
     let mut consumer = consume(&channel, &work, false).await;
     let reject = BasicRejectOptions { requeue: false };
     let first = next_delivery(&mut consumer).await;
-    assert!(first.properties.headers().is_none(), "a fresh message has no x-death");
+    assert!(
+        first.properties.headers().is_none(),
+        "a fresh message has no x-death"
+    );
     bounded!(first.acker.reject(reject)).unwrap();
     let second = next_delivery(&mut consumer).await;
     let deaths = x_death(&second);
@@ -236,7 +259,11 @@ async fn a_missing_dead_letter_exchange_drops_the_message() {
     declare_with(&channel, &queue, args).await.unwrap();
     publish(&channel, "", &queue, b"m").await;
     let got = get(&channel, &queue).await.expect("a message");
-    bounded!(got.delivery.acker.reject(BasicRejectOptions { requeue: false })).unwrap();
+    bounded!(got
+        .delivery
+        .acker
+        .reject(BasicRejectOptions { requeue: false }))
+    .unwrap();
     assert_eq!(message_count(&connection, &queue).await, 0);
 }
 
