@@ -135,7 +135,7 @@ async fn a_rejected_message_is_dead_lettered_with_x_death() {
     let deaths = x_death(&delivery);
     assert_eq!(deaths.len(), 1);
     assert_death(&deaths[0], &queue, "rejected", 1, "");
-    assert_eq!(routing_keys(&deaths[0]), [queue.clone()]);
+    assert_eq!(routing_keys(&deaths[0]), [queue.as_str()]);
     assert!(header(&deaths[0], "original-expiration").is_none());
     let headers = delivery.properties.headers().as_ref().unwrap();
     assert_eq!(string(header(headers, "x-first-death-reason")), "rejected");
@@ -181,7 +181,7 @@ async fn an_expired_message_is_dead_lettered_with_the_routing_key_and_original_e
     assert_death(&deaths[0], &queue, "expired", 1, "");
     assert_eq!(
         routing_keys(&deaths[0]),
-        [queue.clone()],
+        [queue.as_str()],
         "the original routing key"
     );
     assert_eq!(string(header(&deaths[0], "original-expiration")), "50");

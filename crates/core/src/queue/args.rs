@@ -294,11 +294,15 @@ mod tests {
             ),
             (
                 ("x-dead-letter-routing-key", Value::Str("k".into())),
-                format!("invalid arg 'x-dead-letter-routing-key' {q}: routing_key_but_no_dlx_defined"),
+                format!(
+                    "invalid arg 'x-dead-letter-routing-key' {q}: \
+                     routing_key_but_no_dlx_defined"
+                ),
             ),
             (
                 ("x-dead-letter-exchange", Value::Int(1)),
-                format!("invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"),
+                "invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"
+                    .to_string(),
             ),
         ];
         for ((key, value), expected) in cases {

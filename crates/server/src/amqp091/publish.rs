@@ -48,12 +48,18 @@ pub struct TxBuffer {
     settles: Vec<(SettleOp, Unacked)>,
 }
 
+/// The publishes for one queue collected in one read.
+struct QueueBatch {
+    queue: QueueHandle,
+    messages: Vec<Arc<Message>>,
+    /// For queues that may refuse publishes: each message's tag (see `TAG_SEQ_BITS`).
+    tags: Vec<u64>,
+}
+
 /// Publishes and settlements collected while decoding one read, sent per queue in batches.
 #[derive(Default)]
 pub struct Pending {
-    /// Per target queue: the messages and, for queues that may refuse publishes, each one's
-    /// tag (see `TAG_SEQ_BITS`).
-    publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>, Vec<u64>)>,
+    publishes: FxHashMap<usize, QueueBatch>,
     settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
     confirm_channels: Vec<u16>,
     /// Identifies the next confirm ticket of this connection.
@@ -64,13 +70,17 @@ pub struct Pending {
 
 impl Pending {
     fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
-        let (_, messages, tags) = self
+        let batch = self
             .publishes
             .entry(queue.key())
-            .or_insert_with(|| (queue.clone(), Vec::new(), Vec::new()));
-        messages.push(message);
+            .or_insert_with(|| QueueBatch {
+                queue: queue.clone(),
+                messages: Vec::new(),
+                tags: Vec::new(),
+            });
+        batch.messages.push(message);
         if queue.args().rejects_publishes() {
-            tags.push(tag);
+            batch.tags.push(tag);
         }
     }
 
@@ -343,7 +353,15 @@ impl Connection {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
-        for (_, (queue, batch, tags)) in publishes.drain() {
+        for (
+            _,
+            QueueBatch {
+                queue,
+                messages: batch,
+                tags,
+            },
+        ) in publishes.drain()
+        {
             // A queue that may refuse publishes answers before they are confirmed.
             let waits = (stores_durably(&queue) && batch.iter().any(|m| m.persistent))
                 || tags.iter().any(|&tag| tag != NO_TAG);
