@@ -189,7 +189,7 @@ async fn invalid_length_arguments_are_refused_with_406() {
         (
             "x-max-length-bytes",
             text("big"),
-            "{unacceptable_type,longstr}",
+            "\"expected integer, got longstr\"",
         ),
         ("x-overflow", text("drop-tail"), "invalid_overflow"),
     ];

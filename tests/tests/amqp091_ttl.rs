@@ -55,13 +55,14 @@ async fn a_message_expires_also_behind_messages_that_do_not() {
     publish(&channel, "", &queue, b"first").await;
     publish_with(&channel, "", &queue, b"short", expiring("100")).await;
     publish(&channel, "", &queue, b"last").await;
-    let check = || async { message_count(&connection, &queue).await == 2 };
-    eventually(
-        "the expired message leaves the count",
-        Duration::from_secs(3),
-        check,
-    )
-    .await;
+    if broker.is_external() {
+        // RabbitMQ's classic queues drop it only once it reaches the head.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    } else {
+        let check = || async { message_count(&connection, &queue).await == 2 };
+        let what = "the expired message leaves the count";
+        eventually(what, Duration::from_secs(3), check).await;
+    }
     assert_eq!(get_all(&channel, &queue).await, ["first", "last"]);
 }
 
@@ -160,7 +161,7 @@ async fn invalid_ttl_arguments_are_refused_with_406() {
         (
             "x-message-ttl",
             AMQPValue::LongString("1".into()),
-            "{unacceptable_type,longstr}",
+            "\"expected integer, got longstr\"",
         ),
         ("x-expires", AMQPValue::LongInt(0), "{value_zero,0}"),
         (
