@@ -77,9 +77,6 @@ pub struct Deaths {
     pub first: Option<(Arc<str>, DeathReason, Bytes)>,
     /// Exchange the message had when it died last.
     pub last_exchange: Bytes,
-    /// Whether the front entry was an update of an older one (RabbitMQ then writes its fields
-    /// sorted by key; a new entry keeps its creation order).
-    pub front_updated: bool,
 }
 
 impl Deaths {
@@ -95,12 +92,8 @@ impl Deaths {
                 let mut entry = self.entries.remove(at);
                 entry.count = entry.count.saturating_add(1);
                 self.entries.insert(0, entry);
-                self.front_updated = true;
             }
-            None => {
-                self.entries.insert(0, death);
-                self.front_updated = false;
-            }
+            None => self.entries.insert(0, death),
         }
     }
 
@@ -118,7 +111,7 @@ impl Deaths {
 
     /// `count:u16le`, then per entry `queue:short reason:u8 count:u64le exchange:short
     /// keys:u16le key:short* time:u64le expiration:u32le (u32::MAX = none)`, then
-    /// `first_queue:short first_reason:u8 first_exchange:short last_exchange:short updated:u8`.
+    /// `first_queue:short first_reason:u8 first_exchange:short last_exchange:short`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let count = self.entries.len().min(usize::from(u16::MAX));
         out.extend_from_slice(&(count as u16).to_le_bytes());
@@ -144,7 +137,6 @@ impl Deaths {
         out.push(reason);
         put_short(out, exchange);
         put_short(out, &self.last_exchange);
-        out.push(u8::from(self.front_updated));
     }
 
     /// Reads what `encode` wrote; `None` when the bytes are not that.
@@ -180,7 +172,6 @@ impl Deaths {
             deaths.first = Some((Arc::from(queue), reason, exchange));
         }
         deaths.last_exchange = Bytes::copy_from_slice(r.short()?);
-        deaths.front_updated = r.u8()? != 0;
         Some(deaths)
     }
 }
@@ -293,7 +284,6 @@ mod tests {
             .collect();
         assert_eq!(order, [("a", 2), ("b", 1)]);
         assert_eq!(deaths.first.as_ref().map(|f| &*f.0), Some("a"));
-        assert!(deaths.front_updated);
     }
 
     #[test]

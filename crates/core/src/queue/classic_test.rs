@@ -12,6 +12,10 @@ use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, SettleOp};
 use crate::value::Table;
 
 fn queue() -> ClassicQueue {
+    queue_with(QueueArgs::default())
+}
+
+fn queue_with(args: QueueArgs) -> ClassicQueue {
     let def = QueueDef {
         name: Arc::from("q"),
         vhost: Arc::from("/"),
@@ -22,12 +26,7 @@ fn queue() -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(
-        def,
-        QueueArgs::default(),
-        data_tx,
-        control_tx,
-    ))
+    ClassicQueue::new(QueueHandle::new(def, args, data_tx, control_tx))
 }
 
 fn message(body: &'static str) -> Arc<Message> {
@@ -220,4 +219,71 @@ fn prefetch_limited_consumers_never_put_the_queue_in_flow() {
         !queue.in_flow(),
         "a slow acknowledging consumer must not block publishers"
     );
+}
+
+#[test]
+fn single_active_consumer_fails_over_to_the_highest_priority() {
+    let args = QueueArgs {
+        single_active_consumer: true,
+        ..Default::default()
+    };
+    let mut queue = queue_with(args);
+    let outbox = Outbox::new();
+    consume(&mut queue, consumer(1, 10, 0, &outbox));
+    consume(&mut queue, consumer(2, 10, 0, &outbox));
+    consume(&mut queue, consumer(3, 10, 7, &outbox));
+    publish(&mut queue, &["m1", "m2"]);
+    queue.dispatch();
+    let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
+    assert_eq!(
+        order,
+        [1, 1],
+        "the first registered is active, even below priority 7"
+    );
+
+    tracing::info!("phase: the active one leaves");
+    queue.handle(QueueCmd::Cancel {
+        consumer: 1,
+        reply: None,
+    });
+    publish(&mut queue, &["m3"]);
+    queue.dispatch();
+    let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
+    assert_eq!(order, [3], "failover to the highest priority");
+    assert_eq!(queue.info().consumers, 2);
+}
+
+#[test]
+fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
+    let args = QueueArgs {
+        max_length: Some(2),
+        ..Default::default()
+    };
+    let mut queue = queue_with(args);
+    publish(&mut queue, &["m1", "m2", "m3"]);
+    queue.dispatch();
+    assert_eq!(queue.info().messages, 2);
+
+    tracing::info!("phase: a message whose deadline passed, behind one that has none");
+    let mut expiring = Message::new(
+        Bytes::new(),
+        Bytes::from_static(b"q"),
+        Bytes::from_static(&[0, 0]),
+        Bytes::from_static(b"short"),
+    );
+    expiring.expiration_ms = Some(0);
+    let mut queue = queue_with(QueueArgs::default());
+    publish(&mut queue, &["first"]);
+    queue.handle(QueueCmd::Publish {
+        messages: vec![Arc::new(expiring)],
+        confirm: None,
+        tags: Vec::new(),
+    });
+    queue.begin_turn(); // the next turn: its clock is at or past the deadline
+    assert_eq!(queue.info().messages, 1, "expired where it stood");
+    let outbox = Outbox::new();
+    consume(&mut queue, consumer(1, 10, 0, &outbox));
+    queue.dispatch();
+    let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
+    assert_eq!(bodies, ["first"]);
 }
