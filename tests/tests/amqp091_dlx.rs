@@ -293,3 +293,48 @@ async fn invalid_dead_letter_arguments_are_refused_with_406() {
         assert_eq!(got, format!("PRECONDITION_FAILED - {expected}"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_in_a_durable_queue_survives_a_restart_with_its_x_death() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restart() needs an in-process broker") {
+        return;
+    }
+    let (queue, dlq) = (unique("dlx-durable"), unique("dlx-durable-q"));
+    {
+        let (connection, channel) = broker.channel().await;
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let declare = channel.queue_declare(dlq.as_str().into(), options, FieldTable::default());
+        bounded!(declare).unwrap();
+        let args = table(&[
+            ("x-dead-letter-exchange", text("")),
+            ("x-dead-letter-routing-key", text(&dlq)),
+        ]);
+        bounded!(channel.queue_declare(queue.as_str().into(), options, args)).unwrap();
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        publish_with(&channel, "", &queue, b"dead", persistent).await;
+        let got = get(&channel, &queue).await.expect("a message");
+        bounded!(got
+            .delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: false }))
+        .unwrap();
+        let arrived = || async { message_count(&connection, &dlq).await == 1 };
+        warren_tests::eventually("dead-lettered", Duration::from_secs(3), arrived).await;
+        bounded!(connection.close(200, "OK".into())).unwrap();
+    }
+    let broker = broker.restart().await;
+    let (connection, channel) = broker.channel().await;
+    assert_eq!(
+        message_count(&connection, &queue).await,
+        0,
+        "acked in the source"
+    );
+    let mut consumer = consume(&channel, &dlq, true).await;
+    let delivery = next_delivery(&mut consumer).await;
+    assert_eq!(body(&delivery), "dead");
+    assert_death(&x_death(&delivery)[0], &queue, "rejected", 1, "");
+}

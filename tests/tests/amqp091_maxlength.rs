@@ -206,3 +206,37 @@ async fn invalid_length_arguments_are_refused_with_406() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_persistent_messages_are_not_recovered() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restart() needs an in-process broker") {
+        return;
+    }
+    let queue = unique("maxlen-restart");
+    {
+        let connection = broker.connect().await;
+        let channel = confirm_channel(&connection).await;
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let args = table(&[("x-max-length", AMQPValue::LongInt(1))]);
+        bounded!(channel.queue_declare(queue.as_str().into(), options, args)).unwrap();
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        for body in ["m1", "m2", "m3"] {
+            let publish = channel.basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                persistent.clone(),
+            );
+            bounded!(bounded!(publish).unwrap()).unwrap();
+        }
+        bounded!(connection.close(200, "OK".into())).unwrap();
+    }
+    let broker = broker.restart().await;
+    let (_connection, channel) = broker.channel().await;
+    assert_eq!(get_all(&channel, &queue).await, ["m3"]);
+}

@@ -257,3 +257,31 @@ async fn ttls_survive_a_restart() {
     .await;
     assert!(get_all(&channel, &queue).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_persistent_message_is_not_recovered() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restart() needs an in-process broker") {
+        return;
+    }
+    let queue = unique("ttl-acked");
+    {
+        let (connection, channel) = broker.channel().await;
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        let declare = channel.queue_declare(queue.as_str().into(), options, FieldTable::default());
+        bounded!(declare).unwrap();
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        publish_with(&channel, "", &queue, b"kept", persistent.clone()).await;
+        let short = persistent.with_expiration(ShortString::from("50"));
+        publish_with(&channel, "", &queue, b"short", short).await;
+        let expired = || async { message_count(&connection, &queue).await == 1 };
+        eventually("the short one expires", Duration::from_secs(3), expired).await;
+        bounded!(connection.close(200, "OK".into())).unwrap();
+    }
+    let broker = broker.restart().await;
+    let (_connection, channel) = broker.channel().await;
+    assert_eq!(get_all(&channel, &queue).await, ["kept"]);
+}
