@@ -12,13 +12,16 @@ use warren_store::{Store, StoreConfig};
 use crate::queue::classic::Storage;
 use crate::vhost::VHost;
 
-/// How the broker keeps messages on disk.
+/// How the broker keeps messages on disk and how much it lets flow into a queue.
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
     /// Size at which the message store starts a new segment file.
     pub segment_bytes: u64,
     /// Bytes of ready messages each classic queue keeps in memory before paging out.
     pub queue_memory_budget: usize,
+    /// Messages publishers may have on their way into one queue before they wait
+    /// (RabbitMQ's `credit_flow_default_credit`).
+    pub queue_credit: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -61,7 +64,13 @@ impl Broker {
             store: store.clone(),
             memory_budget: storage.queue_memory_budget,
         };
-        let vhost = VHost::open(default_vhost, data_dir, Some(queue_storage), &mut recovered)?;
+        let vhost = VHost::open(
+            default_vhost,
+            data_dir,
+            Some(queue_storage),
+            storage.queue_credit,
+            &mut recovered,
+        )?;
         store.forget_unclaimed(recovered);
         let vhosts = HashMap::from([(default_vhost.to_string(), vhost)]);
         let users = users.into_iter().map(|u| (u.name.clone(), u)).collect();

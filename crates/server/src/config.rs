@@ -36,11 +36,16 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     /// Log filter, as `RUST_LOG` (`info`, `warren=debug`, ...).
     pub log_level: String,
-    /// Bytes of ready message bodies each classic queue keeps in memory; beyond it messages
+    /// Memory each classic queue's ready messages may take (their bytes plus per-message
+    /// bookkeeping, `Message::resident_bytes`); beyond it messages
     /// are paged out to the message store and read back when delivered.
     pub queue_memory_budget: u64,
     /// Size at which the message store starts a new segment file (bytes).
     pub store_segment_size: u64,
+    /// Messages the publishing connections may have on their way into one queue; when a
+    /// queue falls behind, its publishers stop reading their sockets until it catches up
+    /// (RabbitMQ's `credit_flow_default_credit`, counted per queue rather than per pair).
+    pub credit_flow_default_credit: u32,
 }
 
 impl Default for Config {
@@ -60,6 +65,7 @@ impl Default for Config {
             log_level: "info".into(),
             queue_memory_budget: 64 * 1024 * 1024,
             store_segment_size: 64 * 1024 * 1024,
+            credit_flow_default_credit: 2_000,
         }
     }
 }

@@ -52,6 +52,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
+        queue_credit: config.credit_flow_default_credit,
     };
     let broker = Broker::open(&config.data_dir, &config.default_vhost, users, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;

@@ -28,7 +28,7 @@ use crate::consumer::{ConfirmTicket, Consumer, ConsumerId, Delivery, Event, Outb
 use crate::error::BrokerError;
 use crate::limits::{
     DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
-    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX,
+    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX, QUEUE_TURN_PUBLISHES_MAX,
 };
 use crate::message::Message;
 use crate::queue::{GetOk, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp};
@@ -49,10 +49,11 @@ pub fn spawn(
     on_auto_delete: Box<dyn FnOnce() + Send>,
     storage: Option<Storage>,
     recovered: Option<RecoveredQueue>,
+    credit: u32,
 ) -> QueueHandle {
     let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
     let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
-    let handle = QueueHandle::new(def, data_tx, control_tx);
+    let handle = QueueHandle::new(def, data_tx, control_tx, credit);
     let mut queue = ClassicQueue::new(handle.clone());
     if let Some(storage) = storage {
         queue.attach_store(storage, recovered);
@@ -93,7 +94,14 @@ impl Mailboxes {
             tokio::select! {
                 biased;
                 n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
-                n = self.data.recv_many(data, QUEUE_BATCH_MAX) => n,
+                cmd = self.data.recv() => match cmd {
+                    Some(cmd) => {
+                        data.push(cmd);
+                        self.take_more_data(data);
+                        data.len()
+                    }
+                    None => 0,
+                },
             }
         };
         if received == 0 {
@@ -105,6 +113,20 @@ impl Mailboxes {
             control.push(cmd);
         }
         true
+    }
+
+    /// Takes what else is waiting in the data mailbox, up to `QUEUE_BATCH_MAX` commands and
+    /// about `QUEUE_TURN_PUBLISHES_MAX` published messages: a turn stays short, so the acks
+    /// that give consumers more credit wait at most one short turn behind a flood of publishes.
+    fn take_more_data(&mut self, data: &mut Vec<QueueCmd>) {
+        let mut published: usize = data.iter().map(QueueCmd::published_count).sum();
+        while data.len() < QUEUE_BATCH_MAX && published < QUEUE_TURN_PUBLISHES_MAX {
+            let Ok(cmd) = self.data.try_recv() else {
+                break;
+            };
+            published += cmd.published_count();
+            data.push(cmd);
+        }
     }
 }
 
@@ -271,7 +293,14 @@ impl ClassicQueue {
             return; // deleted mid-batch: later commands see a closed queue
         }
         match cmd {
-            QueueCmd::Publish { messages, confirm } => self.publish(messages, confirm),
+            QueueCmd::Publish {
+                messages,
+                confirm,
+                credit,
+            } => {
+                self.publish(messages, confirm);
+                drop(credit); // taken: the publishers may send more
+            }
             QueueCmd::Consume { consumer, reply } => {
                 let _ = reply.send(self.consume(consumer));
             }
@@ -357,7 +386,8 @@ impl ClassicQueue {
             if let Some(persist) = self.persist.as_mut() {
                 let message = stored.message.as_ref().expect("just set");
                 let durable = persist.durable && message.persistent;
-                let over_budget = self.ready_memory + message.size_bytes() > persist.memory_budget;
+                let over_budget =
+                    self.ready_memory + message.resident_bytes() > persist.memory_budget;
                 if durable || over_budget {
                     let flags = if durable { FLAG_DURABLE } else { 0 };
                     persist
@@ -740,7 +770,7 @@ impl ClassicQueue {
 
 /// Bytes a stored message occupies in memory.
 fn resident_bytes(stored: &Stored) -> usize {
-    stored.message.as_ref().map_or(0, |m| m.size_bytes())
+    stored.message.as_ref().map_or(0, |m| m.resident_bytes())
 }
 
 fn stage(staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>, outbox: Arc<Outbox>, event: Event) {

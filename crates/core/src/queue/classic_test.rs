@@ -22,7 +22,7 @@ fn queue() -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(def, data_tx, control_tx))
+    ClassicQueue::new(QueueHandle::new(def, data_tx, control_tx, 1_000))
 }
 
 fn message(body: &'static str) -> Arc<Message> {
@@ -79,6 +79,7 @@ fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
     queue.handle(QueueCmd::Publish {
         messages: bodies.iter().map(|b| message(b)).collect(),
         confirm: None,
+        credit: None,
     });
 }
 
@@ -214,4 +215,42 @@ fn prefetch_limited_consumers_never_put_the_queue_in_flow() {
         !queue.in_flow(),
         "a slow acknowledging consumer must not block publishers"
     );
+}
+
+/// Credit flow from queue to publisher: a publisher that has taken all of a queue's credit
+/// makes the next one wait until the queue has taken its batch; a batch larger than the
+/// whole credit still goes.
+#[tokio::test]
+async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
+    let def = QueueDef {
+        name: Arc::from("credit"),
+        vhost: Arc::from("/"),
+        durable: false,
+        exclusive_owner: None,
+        auto_delete: false,
+        arguments: Table::new(),
+    };
+    let handle = spawn(def, Box::new(|| {}), None, None, 4);
+    let first = handle.acquire_credit(100).await; // more than the credit: takes all 4
+    let waiting = handle.clone();
+    let mut second = tokio::spawn(async move { waiting.acquire_credit(1).await });
+    let blocked = tokio::time::timeout(std::time::Duration::from_millis(100), &mut second).await;
+    assert!(
+        blocked.is_err(),
+        "credit was exhausted, yet a publisher got more"
+    );
+    handle
+        .send(QueueCmd::Publish {
+            messages: vec![message("a"), message("b")],
+            confirm: None,
+            credit: Some(first),
+        })
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(std::time::Duration::from_secs(5), second).await;
+    assert!(
+        granted.is_ok(),
+        "the queue took the batch but gave no credit back"
+    );
+    assert_eq!(handle.info().await.unwrap().messages, 2);
 }
