@@ -33,6 +33,11 @@ use crate::config::Config;
 /// do not.
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
+/// A read goes into what is left of the current buffer while at least this much is: a new
+/// buffer is taken only when it is nearly full. Messages are slices of the buffer they were
+/// read into and keep all of it alive, so a buffer per small read would make each queued
+/// message of a slow publisher cost a whole chunk.
+const READ_SPACE_MIN_BYTES: usize = 1024;
 /// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
@@ -180,7 +185,11 @@ impl Connection {
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
-            self.rbuf.reserve(self.read_chunk);
+            if self.rbuf.capacity() - self.rbuf.len() < READ_SPACE_MIN_BYTES.min(self.read_chunk)
+                || self.read_chunk > READ_CHUNK_MIN_BYTES
+            {
+                self.rbuf.reserve(self.read_chunk);
+            }
             let space = self.rbuf.capacity() - self.rbuf.len();
             tokio::select! {
                 read = self.reader.read_buf(&mut self.rbuf) => {
