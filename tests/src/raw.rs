@@ -140,9 +140,7 @@ impl RawClient {
             None => client_properties(),
         };
         let response = plain_response("guest", "guest");
-        client
-            .start_ok_with(&properties, "PLAIN", &response)
-            .await;
+        client.start_ok_with(&properties, "PLAIN", &response).await;
         let proposed = client.expect_tune().await;
         let tune = Tune {
             channel_max: options.channel_max.unwrap_or(proposed.channel_max),

@@ -56,13 +56,16 @@ async fn disk_alarm_blocks_a_publisher_until_the_limit_is_lowered() {
     }
     assert!(broker.core().alarms().current().contains(Resource::Disk));
     publisher_is_blocked_until_cleared(&broker, "low on disk", || {
-        broker.core().set_disk_free_limit(DiskFreeLimit::Absolute(1));
+        broker
+            .core()
+            .set_disk_free_limit(DiskFreeLimit::Absolute(1));
     })
     .await;
 }
 
-/// An alarm tripped at runtime: a consumer on another connection keeps receiving, and
-/// acknowledging, what was queued before, and its connection, which never publishes, is never
+/// An alarm tripped at runtime blocks a connection that published before it at its next
+/// publish, while a consumer on another connection keeps receiving, and acknowledging, what
+/// was queued before, and its connection, which never publishes, is never
 /// blocked (it is told nothing and still declares). The blocked publisher's message arrives
 /// once the alarm clears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,12 +75,19 @@ async fn consumers_keep_consuming_while_publishers_are_blocked() {
     if broker.skip_if_external("sets the memory high watermark") {
         return;
     }
-    let admin = broker.connect().await;
+    let publisher = broker.connect().await;
+    let mut publisher_events = events_of(&publisher);
     let queue = unique("alarm-consume");
-    let admin_channel = confirm_channel(&admin).await;
-    declare_queue(&admin_channel, &queue).await;
+    let publisher_channel = confirm_channel(&publisher).await;
+    declare_queue(&publisher_channel, &queue).await;
     for i in 0..QUEUED {
-        publish(&admin_channel, "", &queue, format!("queued-{i}").as_bytes()).await;
+        publish(
+            &publisher_channel,
+            "",
+            &queue,
+            format!("queued-{i}").as_bytes(),
+        )
+        .await;
     }
     let consumer_connection = broker.connect().await;
     let mut consumer_events = events_of(&consumer_connection);
@@ -87,13 +97,14 @@ async fn consumers_keep_consuming_while_publishers_are_blocked() {
     let mut consumer = consume(&consumer_channel, &queue, false).await;
 
     broker.core().set_memory_high_watermark(WATERMARK_NONE);
-    eventually("the memory alarm is set", Duration::from_secs(5), || async {
-        broker.core().alarms().current().contains(Resource::Memory)
-    })
+    eventually(
+        "the memory alarm is set",
+        Duration::from_secs(5),
+        || async { broker.core().alarms().current().contains(Resource::Memory) },
+    )
     .await;
-    let publisher = broker.connect().await;
-    let mut publisher_events = events_of(&publisher);
-    let publishing = publish_in_background(confirm_channel(&publisher).await, &queue, "during", 1);
+    // The same connection that filled the queue is now blocked at its next publish.
+    let publishing = publish_in_background(publisher_channel.clone(), &queue, "during", 1);
     let reason = next_block_event(&mut publisher_events).await;
     assert_eq!(reason.as_deref(), Some("low on memory"));
 
@@ -140,11 +151,22 @@ async fn a_client_without_the_capability_is_blocked_without_being_told() {
     let mut frames = Vec::new();
     for i in 0..COUNT {
         let body = format!("silent-{i}");
-        frames.extend(wire::publish_frames(1, "", &queue, false, body.as_bytes(), tune.frame_max));
+        frames.extend(wire::publish_frames(
+            1,
+            "",
+            &queue,
+            false,
+            body.as_bytes(),
+            tune.frame_max,
+        ));
     }
     client.send(&frames).await;
     let silence = client.read_frame_within(Duration::from_millis(1_500)).await;
-    assert_eq!(silence, Err(RawError::TimedOut), "no connection.blocked, no confirm");
+    assert_eq!(
+        silence,
+        Err(RawError::TimedOut),
+        "no connection.blocked, no confirm"
+    );
     assert_eq!(message_count(&admin, &queue).await, 0);
 
     broker.core().set_memory_high_watermark(WATERMARK_ALL);
@@ -205,7 +227,11 @@ async fn a_blocked_connection_keeps_heartbeating_and_is_not_timed_out() {
 /// The shared part of the memory and disk cases: with an alarm in effect, a lapin publisher
 /// (which announces the capability) is blocked with `reason` and its messages do not arrive;
 /// after `clear` it is unblocked and all of them arrive, in order.
-async fn publisher_is_blocked_until_cleared(broker: &TestBroker, reason: &str, clear: impl FnOnce()) {
+async fn publisher_is_blocked_until_cleared(
+    broker: &TestBroker,
+    reason: &str,
+    clear: impl FnOnce(),
+) {
     const COUNT: usize = 5;
     let admin = broker.connect().await;
     let queue = unique("alarm-publish");
@@ -217,11 +243,19 @@ async fn publisher_is_blocked_until_cleared(broker: &TestBroker, reason: &str, c
     assert_eq!(next_block_event(&mut events).await.as_deref(), Some(reason));
     assert_eq!(message_count(&admin, &queue).await, 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(message_count(&admin, &queue).await, 0, "published while blocked");
+    assert_eq!(
+        message_count(&admin, &queue).await,
+        0,
+        "published while blocked"
+    );
     assert!(!publishing.is_finished(), "confirmed while blocked");
 
     clear();
-    assert_eq!(next_block_event(&mut events).await, None, "connection.unblocked");
+    assert_eq!(
+        next_block_event(&mut events).await,
+        None,
+        "connection.unblocked"
+    );
     bounded!(publishing).unwrap();
     let expected: Vec<String> = (0..COUNT).map(|i| format!("m-{i}")).collect();
     assert_eq!(get_all(&admin_channel, &queue).await, expected);

@@ -189,9 +189,7 @@ impl Alarms {
                  publishers blocked"
             );
         } else {
-            tracing::info!(
-                "memory alarm cleared: RSS {rss} MiB within high watermark {limit} MiB"
-            );
+            tracing::info!("memory alarm cleared: RSS {rss} MiB within high watermark {limit} MiB");
         }
     }
 
@@ -245,9 +243,9 @@ pub fn parse_information_unit(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = text.split_at(digits);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not an amount of bytes (such as 50000000 or \"50MB\")"))?;
+    let number: u64 = number.parse().map_err(|_| {
+        format!("'{text}' is not an amount of bytes (such as 50000000 or \"50MB\")")
+    })?;
     let multiplier = unit_multiplier(unit.trim_start()).ok_or_else(|| {
         format!(
             "'{text}': unknown unit '{unit}' (use B, kB/MB/GB/TB/PB for powers of 1000, \
@@ -313,8 +311,14 @@ mod tests {
         let total = 8 << 30;
         assert_eq!(MemoryWatermark::Relative(0.5).limit_bytes(total), 4 << 30);
         assert_eq!(MemoryWatermark::Relative(0.0).limit_bytes(total), 0);
-        assert_eq!(MemoryWatermark::Absolute(1 << 30).limit_bytes(total), 1 << 30);
-        assert_eq!(MemoryWatermark::Absolute(u64::MAX).limit_bytes(total), total);
+        assert_eq!(
+            MemoryWatermark::Absolute(1 << 30).limit_bytes(total),
+            1 << 30
+        );
+        assert_eq!(
+            MemoryWatermark::Absolute(u64::MAX).limit_bytes(total),
+            total
+        );
         assert_eq!(DiskFreeLimit::Absolute(5).limit_bytes(total), 5);
         assert_eq!(DiskFreeLimit::MemRelative(1.5).limit_bytes(total), 12 << 30);
     }
@@ -339,7 +343,10 @@ mod tests {
         assert!(!rx.has_changed().unwrap(), "still set: no wake-up");
         tracing::info!("disk too");
         alarms.report_disk_free(9, 1000);
-        assert_eq!(rx.borrow_and_update().reason(), Some("low on memory & disk"));
+        assert_eq!(
+            rx.borrow_and_update().reason(),
+            Some("low on memory & disk")
+        );
         tracing::info!("a raised watermark clears the memory alarm at the next report");
         alarms.set_memory_high_watermark(MemoryWatermark::Relative(1.0));
         alarms.report_memory(150, 1000);

@@ -154,7 +154,9 @@ impl Visitor<'_> for FractionVisitor {
         if (0.0..=1.0).contains(&value) {
             Ok(value)
         } else {
-            Err(E::custom(format!("{value} is not a fraction from 0.0 to 1.0")))
+            Err(E::custom(format!(
+                "{value} is not a fraction from 0.0 to 1.0"
+            )))
         }
     }
 
@@ -162,7 +164,9 @@ impl Visitor<'_> for FractionVisitor {
         match value {
             0 => Ok(0.0),
             1 => Ok(1.0),
-            _ => Err(E::custom(format!("{value} is not a fraction from 0.0 to 1.0"))),
+            _ => Err(E::custom(format!(
+                "{value} is not a fraction from 0.0 to 1.0"
+            ))),
         }
     }
 
@@ -316,15 +320,17 @@ mod tests {
 
     #[test]
     fn alarm_limits_take_numbers_and_units() {
-        let config = Config::from_toml(
-            "vm_memory_high_watermark = 0.6\ndisk_free_limit = \"1GB\"\n",
-        )
-        .unwrap();
+        let config =
+            Config::from_toml("vm_memory_high_watermark = 0.6\ndisk_free_limit = \"1GB\"\n")
+                .unwrap();
         assert_eq!(
             config.memory_high_watermark(),
             MemoryWatermark::Relative(0.6)
         );
-        assert_eq!(config.disk_free_limit, DiskFreeLimit::Absolute(1_000_000_000));
+        assert_eq!(
+            config.disk_free_limit,
+            DiskFreeLimit::Absolute(1_000_000_000)
+        );
         let config = Config::from_toml(
             "vm_memory_high_watermark_absolute = \"2GiB\"\ndisk_free_limit = 1000\n",
         )
@@ -348,15 +354,27 @@ mod tests {
     #[test]
     fn bad_alarm_limits_name_key_and_line() {
         for (text, key) in [
-            ("heartbeat = 5\nvm_memory_high_watermark = 1.5\n", "vm_memory_high_watermark"),
-            ("heartbeat = 5\nvm_memory_high_watermark = \"40%\"\n", "vm_memory_high_watermark"),
+            (
+                "heartbeat = 5\nvm_memory_high_watermark = 1.5\n",
+                "vm_memory_high_watermark",
+            ),
+            (
+                "heartbeat = 5\nvm_memory_high_watermark = \"40%\"\n",
+                "vm_memory_high_watermark",
+            ),
             (
                 "heartbeat = 5\nvm_memory_high_watermark_absolute = \"2XB\"\n",
                 "vm_memory_high_watermark_absolute",
             ),
             ("heartbeat = 5\ndisk_free_limit = -1\n", "disk_free_limit"),
-            ("heartbeat = 5\ndisk_free_limit = \"lots\"\n", "disk_free_limit"),
-            ("heartbeat = 5\ndisk_free_limit = { relative = 2 }\n", "disk_free_limit"),
+            (
+                "heartbeat = 5\ndisk_free_limit = \"lots\"\n",
+                "disk_free_limit",
+            ),
+            (
+                "heartbeat = 5\ndisk_free_limit = { relative = 2 }\n",
+                "disk_free_limit",
+            ),
         ] {
             let error = Config::from_toml(text).unwrap_err();
             assert!(error.contains("line 2"), "{text:?}: {error}");

@@ -172,7 +172,8 @@ fn cgroup_memory_limit() -> Option<u64> {
     for line in cgroups.lines() {
         // "0::/path" (v2) or "4:memory:/path" (v1).
         let mut fields = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next())
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
         else {
             continue;
         };
@@ -199,7 +200,10 @@ fn free_disk_bytes(dir: &Path) -> io::Result<u64> {
 }
 
 fn malformed(file: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("unexpected format of {file}"))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected format of {file}"),
+    )
 }
 
 #[cfg(test)]

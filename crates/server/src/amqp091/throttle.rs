@@ -10,8 +10,8 @@
 //! `connection.unblocked` (if it sent blocked), handles the frames it had buffered, and reads
 //! again. A connection that only consumes never publishes content, so it is never blocked.
 //!
-//! Cost on the message path: one read of the watch channel per socket read, and one bool test
-//! per content frame.
+//! Cost on the message path: one atomic load per socket read (has the alarm set changed?) and
+//! one bool test per content frame.
 
 use tokio::sync::watch;
 use warren_core::alarm::AlarmSet;
@@ -32,17 +32,21 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(alarms: watch::Receiver<AlarmSet>) -> Throttle {
+        let blocking = !alarms.borrow().is_empty();
         Throttle {
             alarms,
-            blocking: false,
+            blocking,
             blocked: false,
             blocked_sent: false,
         }
     }
 
-    /// Called once per read batch: whether publish content in it blocks the connection.
+    /// Called once per read batch: whether publish content in it blocks the connection. One
+    /// atomic load (the channel's version) unless the alarms changed since the last look.
     pub fn refresh(&mut self) {
-        self.blocking = !self.alarms.borrow().is_empty();
+        if self.alarms.has_changed().unwrap_or(false) {
+            self.blocking = !self.alarms.borrow_and_update().is_empty();
+        }
     }
 
     pub fn is_blocking(&self) -> bool {
@@ -90,6 +94,7 @@ impl Connection {
             return Ok(()); // another alarm still holds, or this one came back
         }
         self.throttle.blocked = false;
+        self.throttle.blocking = false;
         if std::mem::take(&mut self.throttle.blocked_sent) {
             self.out
                 .method(0, &Method::ConnectionUnblocked(Default::default()));
