@@ -153,9 +153,8 @@ start_broker() {
     pid="$rabbit_beam_pid" port="$rabbit_port"
   else
     warren_config="$work_dir/warren.toml"
-    # printf 'vm_memory_high_watermark_absolute = "%sMiB"\n' "$memory_budget_mib" \
-    #   >"$warren_config"
-    : >"$warren_config"
+    printf 'vm_memory_high_watermark_absolute = "%sMiB"\n' "$memory_budget_mib" \
+      >"$warren_config"
     start_warren || return 1
     pid="$warren_pid" port="$warren_port"
   fi
