@@ -15,6 +15,9 @@ pub const CONSUMER_FLOW_BYTES_MAX: u32 = 4 * 1024 * 1024;
 pub const CONSUMER_FLOW_CREDIT_MIN: u32 = 16;
 /// Commands one queue handles before it dispatches and yields.
 pub const QUEUE_BATCH_MAX: usize = 64;
+/// Published messages one queue takes in a turn before it dispatches (a command that
+/// brings more is still taken whole): keeps turns short under a flood of publishes.
+pub const QUEUE_TURN_PUBLISHES_MAX: usize = 512;
 /// Deliveries dispatched to one consumer in a single pass before moving to the next.
 pub const DISPATCH_BATCH_MAX: u32 = 256;
 /// Length of queue and exchange names (AMQP short strings).

@@ -69,6 +69,8 @@ pub struct VHost {
     snapshot: ArcSwap<RoutingSnapshot>,
     definitions_path: PathBuf,
     storage: Option<Storage>,
+    /// Credit of each queue's publishers (`StorageConfig::queue_credit`).
+    queue_credit: u32,
     this: Weak<VHost>,
 }
 
@@ -80,6 +82,7 @@ impl VHost {
         name: &str,
         data_dir: &std::path::Path,
         storage: Option<Storage>,
+        queue_credit: u32,
         recovered: &mut warren_store::Recovered,
     ) -> std::io::Result<Arc<VHost>> {
         let vhost = Arc::new_cyclic(|this| VHost {
@@ -88,6 +91,7 @@ impl VHost {
             snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
             definitions_path: definitions::path_for(data_dir, name),
             storage,
+            queue_credit,
             this: this.clone(),
         });
         {
@@ -192,6 +196,7 @@ impl VHost {
             storage: self.storage.clone(),
             recovered,
             vhost: self.this.clone(),
+            credit: self.queue_credit,
         };
         classic::spawn(def, setup)
     }

@@ -36,7 +36,7 @@ use crate::dead_letter::{dead_letter_copy, DeathReason};
 use crate::error::BrokerError;
 use crate::limits::{
     DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
-    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX,
+    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX, QUEUE_TURN_PUBLISHES_MAX,
 };
 use crate::message::Message;
 use crate::queue::{
@@ -63,6 +63,8 @@ pub struct Setup {
     pub recovered: Option<RecoveredQueue>,
     /// Where dead letters are routed.
     pub vhost: Weak<VHost>,
+    /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
+    pub credit: u32,
 }
 
 /// Starts a classic queue task.
@@ -73,10 +75,11 @@ pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
         storage,
         recovered,
         vhost,
+        credit,
     } = setup;
     let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
     let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
-    let handle = QueueHandle::new(def, args, data_tx, control_tx);
+    let handle = QueueHandle::new(def, args, data_tx, control_tx, credit);
     let mut queue = ClassicQueue::new(handle.clone());
     queue.forwarder = Forwarder::new(vhost);
     if let Some(storage) = storage {
@@ -123,7 +126,14 @@ impl Mailboxes {
             tokio::select! {
                 biased;
                 n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
-                n = self.data.recv_many(data, QUEUE_BATCH_MAX) => n,
+                cmd = self.data.recv() => match cmd {
+                    Some(cmd) => {
+                        data.push(cmd);
+                        self.take_more_data(data);
+                        data.len()
+                    }
+                    None => 0,
+                },
                 () = timer => return true,
             }
         };
@@ -136,6 +146,20 @@ impl Mailboxes {
             control.push(cmd);
         }
         true
+    }
+
+    /// Takes what else is waiting in the data mailbox, up to `QUEUE_BATCH_MAX` commands and
+    /// about `QUEUE_TURN_PUBLISHES_MAX` published messages: a turn stays short, so the acks
+    /// that give consumers more credit wait at most one short turn behind a flood of publishes.
+    fn take_more_data(&mut self, data: &mut Vec<QueueCmd>) {
+        let mut published: usize = data.iter().map(QueueCmd::published_count).sum();
+        while data.len() < QUEUE_BATCH_MAX && published < QUEUE_TURN_PUBLISHES_MAX {
+            let Ok(cmd) = self.data.try_recv() else {
+                break;
+            };
+            published += cmd.published_count();
+            data.push(cmd);
+        }
     }
 }
 
@@ -322,7 +346,11 @@ impl ClassicQueue {
                 messages,
                 confirm,
                 tags,
-            } => self.publish(messages, confirm, &tags),
+                credit,
+            } => {
+                self.publish(messages, confirm, &tags);
+                drop(credit); // taken: the publishers may send more
+            }
             QueueCmd::Consume { consumer, reply } => {
                 let _ = reply.send(self.consume(consumer));
             }
@@ -480,7 +508,8 @@ impl ClassicQueue {
         let mut written = false;
         if let Some(persist) = self.persist.as_mut() {
             let durable = persist.durable && message.persistent;
-            let over_budget = self.ready.memory() + message.size_bytes() > persist.memory_budget;
+            let over_budget =
+                self.ready.memory() + message.resident_bytes() > persist.memory_budget;
             if durable || over_budget {
                 let flags = if durable { FLAG_DURABLE } else { 0 };
                 persist.batch.enqueue(persist.id, seq, flags, |out| {

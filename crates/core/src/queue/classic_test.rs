@@ -26,7 +26,7 @@ fn queue_with(args: QueueArgs) -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(def, args, data_tx, control_tx))
+    ClassicQueue::new(QueueHandle::new(def, args, data_tx, control_tx, 1_000))
 }
 
 fn message(body: &'static str) -> Arc<Message> {
@@ -84,6 +84,7 @@ fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
         messages: bodies.iter().map(|b| message(b)).collect(),
         confirm: None,
         tags: Vec::new(),
+        credit: None,
     });
 }
 
@@ -278,6 +279,7 @@ fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
         messages: vec![Arc::new(expiring)],
         confirm: None,
         tags: Vec::new(),
+        credit: None,
     });
     queue.begin_turn(); // the next turn: its clock is at or past the deadline
     assert_eq!(queue.info().messages, 1, "expired where it stood");
@@ -286,4 +288,51 @@ fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
     queue.dispatch();
     let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
     assert_eq!(bodies, ["first"]);
+}
+
+/// Credit flow from queue to publisher: a publisher that has taken all of a queue's credit
+/// makes the next one wait until the queue has taken its batch; a batch larger than the
+/// whole credit still goes.
+#[tokio::test]
+async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
+    let def = QueueDef {
+        name: Arc::from("credit"),
+        vhost: Arc::from("/"),
+        durable: false,
+        exclusive_owner: None,
+        auto_delete: false,
+        arguments: Table::new(),
+    };
+    let setup = Setup {
+        args: QueueArgs::default(),
+        on_auto_delete: Box::new(|| {}),
+        storage: None,
+        recovered: None,
+        vhost: Weak::new(),
+        credit: 4,
+    };
+    let handle = spawn(def, setup);
+    let first = handle.acquire_credit(100).await; // more than the credit: takes all 4
+    let waiting = handle.clone();
+    let mut second = tokio::spawn(async move { waiting.acquire_credit(1).await });
+    let blocked = tokio::time::timeout(std::time::Duration::from_millis(100), &mut second).await;
+    assert!(
+        blocked.is_err(),
+        "credit was exhausted, yet a publisher got more"
+    );
+    handle
+        .send(QueueCmd::Publish {
+            messages: vec![message("a"), message("b")],
+            confirm: None,
+            tags: Vec::new(),
+            credit: Some(first),
+        })
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(std::time::Duration::from_secs(5), second).await;
+    assert!(
+        granted.is_ok(),
+        "the queue took the batch but gave no credit back"
+    );
+    assert_eq!(handle.info().await.unwrap().messages, 2);
 }

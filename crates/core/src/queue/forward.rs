@@ -108,6 +108,8 @@ impl Forwarder {
                 messages,
                 confirm: None,
                 tags: Vec::new(),
+                // Dead letters take no publisher credit: the forwarder's own bound limits them.
+                credit: None,
             };
             match target.try_send_data(cmd) {
                 Ok(()) => self.pending_count -= count,

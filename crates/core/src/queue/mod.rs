@@ -21,7 +21,7 @@ mod ready;
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery};
 use crate::error::{resource_name, BrokerError};
@@ -84,6 +84,9 @@ pub enum QueueCmd {
         /// The publisher's tag of each message, for those it must hear about when the queue
         /// refuses them (`x-overflow=reject-publish`); empty when it need not.
         tags: Vec<u64>,
+        /// The publisher's credit for these messages (see `QueueHandle::acquire_credit`),
+        /// returned when the queue has taken them.
+        credit: Option<OwnedSemaphorePermit>,
     },
     /// New settings from a policy change (max-priority and single-active-consumer cannot
     /// change and are kept; a new message TTL applies to messages enqueued from now on).
@@ -135,9 +138,22 @@ struct HandleInner {
     args: QueueArgs,
     data: mpsc::Sender<QueueCmd>,
     control: mpsc::Sender<QueueCmd>,
+    /// Messages publishers may have on their way into the queue (RabbitMQ's
+    /// `credit_flow_default_credit`): a publisher takes credit before it sends a batch and
+    /// the queue gives it back once it has taken the batch. Fair: publishers wait in turn.
+    credit: Arc<Semaphore>,
+    credit_max: u32,
 }
 
 impl QueueCmd {
+    /// Messages the command publishes.
+    pub fn published_count(&self) -> usize {
+        match self {
+            QueueCmd::Publish { messages, .. } => messages.len(),
+            _ => 0,
+        }
+    }
+
     /// Whether the command travels in the control mailbox (see the module doc).
     pub fn is_control(&self) -> bool {
         matches!(
@@ -157,17 +173,23 @@ impl fmt::Debug for QueueHandle {
 }
 
 impl QueueHandle {
+    /// `credit` is the number of messages publishers may have in flight to the queue
+    /// (at least 1).
     pub fn new(
         def: QueueDef,
         args: QueueArgs,
         data: mpsc::Sender<QueueCmd>,
         control: mpsc::Sender<QueueCmd>,
+        credit: u32,
     ) -> QueueHandle {
+        let credit_max = credit.max(1);
         QueueHandle(Arc::new(HandleInner {
             def,
             args,
             data,
             control,
+            credit: Arc::new(Semaphore::new(credit_max as usize)),
+            credit_max,
         }))
     }
 
@@ -182,6 +204,21 @@ impl QueueHandle {
             mpsc::error::TrySendError::Full(cmd) => Some(cmd),
             mpsc::error::TrySendError::Closed(_) => None,
         })
+    }
+
+    /// Waits until the queue has credit for `messages` more messages in flight and takes it
+    /// (cancel-safe, but a dropped wait loses its turn). A batch larger than the whole credit
+    /// takes all of it, so one batch can always go.
+    pub async fn acquire_credit(&self, messages: usize) -> OwnedSemaphorePermit {
+        let wanted = u32::try_from(messages)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.0.credit_max);
+        self.0
+            .credit
+            .clone()
+            .acquire_many_owned(wanted)
+            .await
+            .expect("invariant: a queue's credit semaphore is never closed")
     }
 
     fn mailbox(&self, cmd: &QueueCmd) -> &mpsc::Sender<QueueCmd> {

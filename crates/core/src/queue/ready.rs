@@ -231,7 +231,7 @@ fn take(level: &mut Level, seq: u64) -> Option<Ready> {
 
 /// Bytes a stored message occupies in memory.
 fn resident_bytes(stored: &Stored) -> usize {
-    stored.message.as_ref().map_or(0, |m| m.size_bytes())
+    stored.message.as_ref().map_or(0, |m| m.resident_bytes())
 }
 
 /// Body bytes of a stored message, estimated from its record when paged out.

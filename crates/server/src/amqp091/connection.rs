@@ -4,6 +4,9 @@
 //! Turn: read what the socket has -> decode every complete frame -> hand publishes to queues
 //! in per-queue batches (waiting when a queue's mailbox is full, which stops reading: credit
 //! flow to the client) -> send confirms -> write deliveries -> grant consumer credit -> flush.
+//!
+//! While a resource alarm is in effect, a connection that publishes stops reading (see
+//! `throttle.rs`); it keeps writing deliveries and heartbeats.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Me
 use super::channel::Channel;
 use super::fault::{Cause, Fault};
 use super::publish::Pending;
+use super::throttle::Throttle;
 use super::writer::Writer;
 use crate::config::Config;
 
@@ -33,6 +37,11 @@ use crate::config::Config;
 /// do not.
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
+/// A read goes into what is left of the current buffer while at least this much is: a new
+/// buffer is taken only when it is nearly full. Messages are slices of the buffer they were
+/// read into and keep all of it alive, so a buffer per small read would make each queued
+/// message of a slow publisher cost a whole chunk.
+const READ_SPACE_MIN_BYTES: usize = 1024;
 /// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
@@ -58,6 +67,7 @@ pub struct Tuning {
 pub struct ClientCaps {
     pub consumer_cancel_notify: bool,
     pub authentication_failure_close: bool,
+    pub connection_blocked: bool,
 }
 
 pub struct Connection {
@@ -77,8 +87,9 @@ pub struct Connection {
     pub(super) tuning: Tuning,
     pub(super) caps: ClientCaps,
     pub(super) pending: Pending,
+    pub(super) throttle: Throttle,
     /// Heartbeat ticks (half intervals) since the peer last sent anything.
-    read_idle_ticks: u32,
+    pub(super) read_idle_ticks: u32,
     /// Whether anything was written since the last heartbeat tick.
     wrote_since_tick: bool,
     closed_by_client: bool,
@@ -94,6 +105,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         channel_max: shared.config.channel_max,
         heartbeat: shared.config.heartbeat,
     };
+    let throttle = Throttle::new(shared.broker.alarms().subscribe());
     let mut conn = Connection {
         id,
         shared,
@@ -111,6 +123,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         tuning,
         caps: ClientCaps::default(),
         pending: Pending::default(),
+        throttle,
         read_idle_ticks: 0,
         wrote_since_tick: false,
         closed_by_client: false,
@@ -180,10 +193,15 @@ impl Connection {
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
-            self.rbuf.reserve(self.read_chunk);
+            if self.rbuf.capacity() - self.rbuf.len() < READ_SPACE_MIN_BYTES.min(self.read_chunk)
+                || self.read_chunk > READ_CHUNK_MIN_BYTES
+            {
+                self.rbuf.reserve(self.read_chunk);
+            }
             let space = self.rbuf.capacity() - self.rbuf.len();
+            let blocked = self.throttle.is_blocked();
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf) => {
+                read = self.reader.read_buf(&mut self.rbuf), if !blocked => {
                     let read = read?;
                     if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
@@ -196,6 +214,7 @@ impl Connection {
                         self.rbuf = BytesMut::new();
                     }
                 }
+                () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
                 _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
@@ -225,7 +244,10 @@ impl Connection {
     /// Runs every half heartbeat interval: a peer silent for two whole intervals is gone; an
     /// idle half interval on our side gets a heartbeat frame.
     fn on_tick(&mut self, heartbeat: Duration) -> Result<(), Fault> {
-        self.read_idle_ticks += 1;
+        if !self.throttle.is_blocked() {
+            // A blocked connection does not read: the client's heartbeats wait in the socket.
+            self.read_idle_ticks += 1;
+        }
         if self.read_idle_ticks > 4 {
             tracing::warn!(
                 connection = self.id,
@@ -242,8 +264,9 @@ impl Connection {
     }
 
     /// Decodes and handles every complete frame in the read buffer, then hands the publishes
-    /// they carried to their queues.
-    async fn on_read(&mut self) -> Result<(), Fault> {
+    /// they carried to their queues. Publish content during an alarm stops it at that frame.
+    pub(super) async fn on_read(&mut self) -> Result<(), Fault> {
+        self.throttle.refresh();
         loop {
             let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
                 Ok(Some(frame)) => frame,
@@ -253,6 +276,7 @@ impl Connection {
                     return Err(Fault::decode(&error));
                 }
             };
+            let content = matches!(frame, Frame::Header { .. } | Frame::Body { .. });
             match self.on_frame(frame).await {
                 Ok(()) => {}
                 Err(Fault::Channel {
@@ -269,6 +293,9 @@ impl Connection {
                     self.flush_pending().await;
                     return Err(fault);
                 }
+            }
+            if content && self.throttle.is_blocking() && self.block() {
+                break;
             }
         }
         self.flush_pending().await;

@@ -8,6 +8,7 @@ mod convert;
 mod fault;
 mod handshake;
 mod publish;
+mod throttle;
 mod writer;
 
 pub use connection::{serve, Shared};

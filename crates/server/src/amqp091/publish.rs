@@ -511,12 +511,23 @@ impl Connection {
         tags: Vec<u64>,
     ) {
         let outbox = self.outbox.clone();
+        // Credit first (waiting in turn with the queue's other publishers), then a mailbox
+        // slot; meanwhile this connection keeps serving its own consumers.
+        let credit = queue.acquire_credit(batch.len());
+        tokio::pin!(credit);
+        let mut credit_taken = None;
         loop {
             tokio::select! {
-                permit = queue.reserve_data() => {
+                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
+                permit = queue.reserve_data(), if credit_taken.is_some() => {
                     // A queue deleted meanwhile drops the batch: the route was taken before.
                     if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish { messages: batch, confirm, tags });
+                        permit.send(QueueCmd::Publish {
+                            messages: batch,
+                            confirm,
+                            tags,
+                            credit: credit_taken,
+                        });
                     }
                     return;
                 }
