@@ -120,6 +120,28 @@ impl ReadyQueue {
         Some(ready)
     }
 
+    /// Seq and location of the paged-out messages among the next `count` that `pop` would
+    /// take, in that order (for reading them back together).
+    pub fn next_paged_out(&self, count: usize) -> Vec<(u64, Location)> {
+        let next = self.levels.iter().rev().flat_map(|level| {
+            level
+                .returned
+                .values()
+                .chain(level.fresh.iter().filter(|r| !r.stored.gone))
+        });
+        let head_paged = next
+            .clone()
+            .next()
+            .is_some_and(|r| r.stored.message.is_none());
+        if !head_paged {
+            return Vec::new(); // the usual case: the head is in memory
+        }
+        next.take(count)
+            .filter(|r| r.stored.message.is_none())
+            .filter_map(|r| r.stored.location.map(|at| (r.seq, at)))
+            .collect()
+    }
+
     /// Takes the message `seq` out wherever it stands (it expired); `None` when not ready.
     pub fn remove(&mut self, seq: u64) -> Option<Ready> {
         let ready = self.levels.iter_mut().find_map(|level| take(level, seq))?;
