@@ -215,15 +215,15 @@ fn check_local_random_binding(
     destination: &Destination,
     routing_key: &str,
 ) -> Result<(), BrokerError> {
+    if !routing_key.is_empty() {
+        return Err(BrokerError::precondition_failed(format!(
+            "x-local-random exchanges do not support routing keys, got '{routing_key}'"
+        )));
+    }
     if let Destination::Exchange(name) = destination {
         return Err(BrokerError::precondition_failed(format!(
             "cannot bind exchange '{name}' to an x-local-random exchange: only queues can be \
              bound to a local random exchange"
-        )));
-    }
-    if !routing_key.is_empty() {
-        return Err(BrokerError::precondition_failed(format!(
-            "x-local-random exchanges do not support routing keys, got '{routing_key}'"
         )));
     }
     Ok(())
