@@ -378,3 +378,192 @@ impl<'a> Walk<'a, '_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::queue::QueueDef;
+    use crate::value::Value;
+
+    struct Fixture {
+        exchanges: HashMap<Arc<str>, ExchangeDef>,
+        queues: HashMap<Arc<str>, QueueHandle>,
+        bindings: Vec<Binding>,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                exchanges: HashMap::new(),
+                queues: HashMap::new(),
+                bindings: Vec::new(),
+            }
+        }
+
+        fn exchange(&mut self, name: &str, kind: ExchangeType, arguments: &[(&str, &str)]) {
+            let arguments = arguments
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::Str(v.to_string())))
+                .collect();
+            let def = ExchangeDef {
+                name: name.into(),
+                vhost: "/".into(),
+                kind,
+                durable: false,
+                auto_delete: false,
+                internal: false,
+                arguments,
+            };
+            self.exchanges.insert(name.into(), def);
+        }
+
+        fn queue(&mut self, name: &str) {
+            let def = QueueDef {
+                name: name.into(),
+                vhost: "/".into(),
+                durable: false,
+                exclusive_owner: None,
+                auto_delete: false,
+                arguments: Table::new(),
+            };
+            let (data, _) = mpsc::channel(1);
+            let (control, _) = mpsc::channel(1);
+            let handle = QueueHandle::new(def, data, control, 1);
+            self.queues.insert(name.into(), handle);
+        }
+
+        fn bind(&mut self, source: &str, destination: Destination, key: &str) {
+            self.bindings.push(Binding {
+                source: source.into(),
+                destination,
+                routing_key: key.into(),
+                arguments: Table::new(),
+            });
+        }
+
+        fn snapshot(&self) -> RoutingSnapshot {
+            let vhost: Arc<str> = "/".into();
+            RoutingSnapshot::build(&vhost, &self.exchanges, &self.queues, &self.bindings)
+        }
+    }
+
+    fn queue(name: &str) -> Destination {
+        Destination::Queue(name.into())
+    }
+
+    fn route(snapshot: &RoutingSnapshot, exchange: &str, keys: &[&str]) -> Vec<String> {
+        route_with(snapshot, exchange, keys, MessageFields::default())
+    }
+
+    fn route_with(
+        snapshot: &RoutingSnapshot,
+        exchange: &str,
+        keys: &[&str],
+        fields: MessageFields,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut fields = move || fields.clone();
+        snapshot
+            .route(exchange, keys, &mut fields, &mut out)
+            .expect("exchange exists");
+        out.iter().map(|q| q.name().to_string()).collect()
+    }
+
+    #[test]
+    fn every_routing_key_routes_and_each_queue_is_reached_once() {
+        let mut f = Fixture::new();
+        f.exchange("d", ExchangeType::Direct, &[]);
+        for name in ["qa", "qb"] {
+            f.queue(name);
+        }
+        f.bind("d", queue("qa"), "a");
+        f.bind("d", queue("qb"), "b");
+        f.bind("d", queue("qa"), "c");
+        let snapshot = f.snapshot();
+        assert_eq!(route(&snapshot, "d", &["a", "b", "c"]), ["qa", "qb"]);
+        assert_eq!(route(&snapshot, "", &["qb", "nope", "qb"]), ["qb"]);
+    }
+
+    #[test]
+    fn alternate_exchange_only_when_no_binding_matched() {
+        let mut f = Fixture::new();
+        f.exchange(
+            "main",
+            ExchangeType::Direct,
+            &[("alternate-exchange", "ae")],
+        );
+        f.exchange("ae", ExchangeType::Fanout, &[]);
+        f.exchange("empty", ExchangeType::Fanout, &[]);
+        f.queue("q");
+        f.bind("ae", queue("q"), "");
+        f.bind("main", Destination::Exchange("empty".into()), "k");
+        let snapshot = f.snapshot();
+        assert!(route(&snapshot, "main", &["k"]).is_empty());
+        assert_eq!(route(&snapshot, "main", &["other"]), ["q"]);
+    }
+
+    #[test]
+    fn modulus_placement_does_not_depend_on_binding_order() {
+        let placements: Vec<Vec<Vec<String>>> = [false, true]
+            .into_iter()
+            .map(|reversed| {
+                let mut f = Fixture::new();
+                f.exchange("m", ExchangeType::ModulusHash, &[]);
+                let mut names = vec!["q1", "q2", "q3"];
+                if reversed {
+                    names.reverse();
+                }
+                for name in names {
+                    f.queue(name);
+                    f.bind("m", queue(name), "");
+                }
+                let snapshot = f.snapshot();
+                (0..50)
+                    .map(|i| route(&snapshot, "m", &[&format!("key-{i}")]))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(placements[0], placements[1]);
+        assert!(placements[0].iter().all(|p| p.len() == 1));
+    }
+
+    #[test]
+    fn consistent_hash_on_a_header_needs_the_header() {
+        let mut f = Fixture::new();
+        f.exchange("c", ExchangeType::ConsistentHash, &[("hash-header", "h")]);
+        for name in ["q1", "q2"] {
+            f.queue(name);
+            f.bind("c", queue(name), "5");
+        }
+        let snapshot = f.snapshot();
+        assert!(route(&snapshot, "c", &["k"]).is_empty());
+        let headers = [("h".to_string(), Value::Str("v".into()))].into();
+        let fields = MessageFields {
+            headers: Some(headers),
+            ..MessageFields::default()
+        };
+        let first = route_with(&snapshot, "c", &["k1"], fields.clone());
+        assert_eq!(first.len(), 1);
+        assert_eq!(route_with(&snapshot, "c", &["k2"], fields), first);
+    }
+
+    #[test]
+    fn local_random_picks_one_bound_queue() {
+        let mut f = Fixture::new();
+        f.exchange("r", ExchangeType::LocalRandom, &[]);
+        for name in ["q1", "q2", "q3"] {
+            f.queue(name);
+            f.bind("r", queue(name), "");
+        }
+        let snapshot = f.snapshot();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let picked = route(&snapshot, "r", &["x", "y"]);
+            assert_eq!(picked.len(), 1);
+            seen.insert(picked[0].clone());
+        }
+        assert_eq!(seen.len(), 3);
+    }
+}
