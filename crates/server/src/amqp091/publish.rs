@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
-use warren_core::value::Table;
+use warren_core::routing::MessageFields;
 use warren_proto::amqp091::{
     self as wire, reply_code, BasicAck, BasicNack, BasicProperties, BasicPublish, BasicReturn,
     ContentHeader, Method,
@@ -206,6 +206,8 @@ impl Connection {
         let publish = assembly.publish;
         self.check_user_id(id, &header.properties)?;
         let properties = self.rewrite_reply_to(id, header.properties)?;
+        let (properties, cc) = sender_selected(properties)
+            .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
         let expiration_ms = annotations::expiration_ms(&properties)
             .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
         let message = Arc::new(Message {
@@ -220,7 +222,7 @@ impl Connection {
             body,
         });
         let mut targets = Vec::new();
-        self.route(id, &message, &mut targets)?;
+        self.route(id, &message, &cc, &mut targets)?;
         let channel = self
             .channels
             .get_mut(&id)
@@ -270,23 +272,40 @@ impl Connection {
         }
     }
 
+    /// Routes on the message's routing key and its sender-selected keys (`cc`: the `CC` and
+    /// `BCC` headers' routing keys, usually none).
     fn route(
         &mut self,
         id: u16,
         message: &Message,
+        cc: &[String],
         targets: &mut Vec<QueueHandle>,
     ) -> Result<(), Fault> {
         let vhost = self.vhost();
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
-        let mut headers = || -> Option<Table> {
-            let properties = BasicProperties::decode(&message.properties).ok()?;
-            properties.headers.as_ref().map(table_to_core)
+        let mut fields = || -> MessageFields {
+            let Ok(properties) = BasicProperties::decode(&message.properties) else {
+                return MessageFields::default();
+            };
+            MessageFields {
+                headers: properties.headers.as_ref().map(table_to_core),
+                message_id: properties.message_id.map(|v| v.as_str().to_owned()),
+                correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
+                timestamp: properties.timestamp,
+            }
         };
-        vhost
-            .snapshot()
-            .route(exchange, routing_key, &mut headers, targets)
-            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))
+        let snapshot = vhost.snapshot();
+        let routed = if cc.is_empty() {
+            let keys = std::slice::from_ref(&routing_key);
+            snapshot.route(exchange, keys, &mut fields, targets)
+        } else {
+            let mut keys = Vec::with_capacity(cc.len() + 1);
+            keys.push(routing_key);
+            keys.extend(cc.iter().map(String::as_str));
+            snapshot.route(exchange, &keys, &mut fields, targets)
+        };
+        routed.map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))
     }
 
     /// As RabbitMQ: a `user_id` property must name the authenticated user.
@@ -629,6 +648,54 @@ pub(super) fn exchange_of(message: &Message) -> wire::ShortStr {
 
 pub(super) fn routing_key_of(message: &Message) -> wire::ShortStr {
     wire::ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default()
+}
+
+/// Sender-selected distribution: the routing keys in the `CC` and `BCC` headers (arrays of
+/// strings), with `BCC` removed from the properties. Only properties whose bytes contain a `CC`
+/// or `BCC` table key are decoded, and only those with a `BCC` header are re-encoded: every
+/// other message passes through untouched. A `CC`/`BCC` header that is not an array is refused
+/// (406), as RabbitMQ refuses it ("unacceptable type in header").
+fn sender_selected(raw: Bytes) -> Result<(Bytes, Vec<String>), String> {
+    const HEADERS_FLAG: u8 = 0x20; // bit 13 of the flags word: headers present
+    const MARKERS: [&[u8]; 2] = [b"\x02CC", b"\x03BCC"]; // the keys as short strings
+    if raw.first().is_none_or(|high| high & HEADERS_FLAG == 0)
+        || !MARKERS
+            .iter()
+            .any(|m| raw.windows(m.len()).any(|w| w == *m))
+    {
+        return Ok((raw, Vec::new()));
+    }
+    let Ok(mut properties) = BasicProperties::decode(&raw) else {
+        return Ok((raw, Vec::new())); // validated when the frame was decoded
+    };
+    let Some(headers) = properties.headers.as_mut() else {
+        return Ok((raw, Vec::new()));
+    };
+    let mut keys = Vec::new();
+    let mut bcc = false;
+    for name in ["CC", "BCC"] {
+        match headers.get(name) {
+            None => {}
+            Some(wire::FieldValue::Array(values)) => {
+                bcc |= name == "BCC";
+                keys.extend(values.iter().filter_map(|v| v.as_str()).map(str::to_owned));
+            }
+            Some(other) => {
+                return Err(format!(
+                    "invalid message: unacceptable type in header {name}: expected an array \
+                     of longstr, got type '{}'",
+                    char::from(other.tag())
+                ))
+            }
+        }
+    }
+    if !bcc {
+        return Ok((raw, keys));
+    }
+    headers.0.retain(|(key, _)| key.as_str() != "BCC");
+    let mut out = BytesMut::with_capacity(raw.len());
+    properties.encode(&mut out);
+    Ok((out.freeze(), keys))
 }
 
 fn join(chunks: Vec<Bytes>) -> Bytes {
