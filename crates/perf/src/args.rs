@@ -209,6 +209,12 @@ pub const FLAGS: &[Flag] = &[
         "worker threads of this tool [the number of cores]",
     ),
     flag("", "max-seconds", "SECONDS", "hard limit on any run [3600]"),
+    flag(
+        "",
+        "verify-order",
+        "",
+        "fail on a message out of its producer's order (warren perf)",
+    ),
 ];
 
 /// The flags given, in order, with their values (a switch has none).
