@@ -16,7 +16,7 @@ use crate::driver::{ConsumerLink, Delivery};
 use crate::error::PerfError;
 use crate::order::OrderCheck;
 use crate::rate::RateLimiter;
-use crate::stats::AgentStats;
+use crate::stats::{AgentStats, LATENCY_MAX_US};
 
 /// Most deliveries taken from the link at once.
 pub const RECEIVE_BATCH_MAX: usize = 4096;
@@ -134,10 +134,11 @@ async fn receive<C: ConsumerLink>(
     let mut sink = |delivery: Delivery<'_>| {
         let now = *now_ns.get_or_insert_with(clock::now_ns);
         let stamp = Stamp::read(delivery.head);
-        // a message from before this process started (a predeclared queue's backlog) has a
-        // stamp from another clock: count it, but measure nothing
-        if let Some(stamp) = stamp.filter(|s| s.sent_ns <= now) {
-            batch.latencies.push((now - stamp.sent_ns) / 1000);
+        // a stamp ahead of this clock or older than the histograms' hour (another machine's
+        // clock, a PerfTest body whose stamp is no wall time) is counted but measures nothing
+        let age_ns = stamp.and_then(|s| now.checked_sub(s.sent_ns));
+        if let Some(age_ns) = age_ns.filter(|&ns| ns / 1000 <= LATENCY_MAX_US) {
+            batch.latencies.push(age_ns / 1000);
         }
         if !batch.autoack {
             batch.tags.push((delivery.channel, delivery.tag));
