@@ -13,12 +13,13 @@
 # broker rather than the tool sets the rate; or RabbitMQ PerfTest, the reference.
 #
 # --workload runs one of the standard workloads of bench/README.md (a, b, w1, w1x10) for
-# --seconds (default 30). Otherwise LOAD_ARGS (PerfTest's flags) go to the tool unchanged;
-# they default to workload a and must contain -z/--time. Each broker runs alone: RabbitMQ is started,
-# measured and stopped before Warren starts. bench/brokers.sh starts and stops them:
-# RabbitMQ from Debian's rabbitmq-server package (installed when missing) as a private
-# node; Warren from WARREN_BROKER_BIN, else the release build in CARGO_TARGET_DIR or
-# target/, built when missing. A broker that cannot be started is reported as not measured.
+# --seconds (default 30). Otherwise LOAD_ARGS (PerfTest's flags) go to the tool
+# unchanged; they default to workload a and must contain -z/--time. Each broker runs alone:
+# RabbitMQ is started, measured and stopped before Warren starts. bench/brokers.sh starts
+# and stops them: RabbitMQ from Debian's rabbitmq-server package (installed when missing) as
+# a private node; Warren from WARREN_BROKER_BIN, else the release build in CARGO_TARGET_DIR
+# or target/, built when missing. A broker that cannot be started is reported as not
+# measured. `warren perf` is the Warren binary's `perf` subcommand.
 #
 # Per broker this prints the tool's sending and receiving averages and consumer latency
 # percentiles, the broker's CPU (utime + stime from /proc/<pid>/stat, before and after;
@@ -120,8 +121,10 @@ main() {
 usage() {
   [[ $# -eq 0 ]] || echo "bench: $1" >&2
   cat >&2 <<EOF
-usage: $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
-       $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren] [LOAD_ARGS... including -z SECONDS]
+usage: $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren]
+          --workload a|b|w1|w1x10 [--seconds N]
+       $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren]
+          [LOAD_ARGS... including -z SECONDS]
 LOAD_ARGS are PerfTest's flags; warren perf (the default tool) takes the same.
 Standard workloads (bench/README.md), $DEFAULT_WORKLOAD_SECONDS s unless --seconds:
   a      autoack, 1 producer 1 consumer, 12-byte bodies
