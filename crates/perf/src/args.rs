@@ -157,7 +157,7 @@ pub const FLAGS: &[Flag] = &[
         "b",
         "heartbeat",
         "SECONDS",
-        "heartbeat to negotiate [0: none]",
+        "heartbeat to ask for [0: the broker's, as PerfTest]",
     ),
     flag(
         "i",
