@@ -7,12 +7,13 @@
 # difference being measured). It fails when the medians of the two tools' receiving averages
 # differ by more than 15%.
 #
-#   bench/tools_agree.sh [--seconds N] [--rounds R] [WORKLOAD...]
+#   bench/tools_agree.sh [--seconds N] [--rounds R] [--log-dir DIR] [WORKLOAD...]
 #
 # Per run it prints the receiving average, the steady rate (the median of the per-interval
 # receiving rates after the first WARM_UP_S seconds, where PerfTest's JVM is still compiling)
 # and the other processes' load from compare.sh (above 0.2 cores the machine was not quiet).
-# Each compare.sh run keeps its output in a temporary directory that is removed at the end.
+# Each compare.sh run's output and logs go to a temporary directory that is removed at the
+# end, or to --log-dir DIR (kept: WORKLOAD-TOOL-ROUND.out and WORKLOAD-TOOL-ROUND/).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +24,7 @@ readonly WARM_UP_S=5
 seconds=30
 rounds=3
 work=""
+keep="" # set: work is the --log-dir, kept
 
 main() {
   while [[ $# -gt 0 ]]; do
@@ -31,6 +33,8 @@ main() {
         seconds="$2"; shift 2 ;;
       --rounds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage "--rounds needs a whole number"
         rounds="$2"; shift 2 ;;
+      --log-dir) [[ -n "${2:-}" ]] || usage "--log-dir needs a directory"
+        keep="$2"; shift 2 ;;
       -h|--help) usage ;;
       -*) usage "unknown option '$1'" ;;
       *) break ;;
@@ -40,8 +44,13 @@ main() {
   [[ ${#workloads[@]} -gt 0 ]] || workloads=(a b)
   command -v taskset >/dev/null \
     || { echo "tools_agree: taskset missing (apt-get install util-linux)" >&2; exit 2; }
-  work="$(mktemp -d -t tools-agree.XXXXXX)"
-  trap 'rm -rf "$work"' EXIT
+  if [[ -n "$keep" ]]; then
+    work="$keep"
+    mkdir -p "$work"
+  else
+    work="$(mktemp -d -t tools-agree.XXXXXX)"
+    trap 'rm -rf "$work"' EXIT
+  fi
   echo "tools_agree: workloads ${workloads[*]}, $rounds round(s) of ${seconds}s per tool," \
     "RabbitMQ pinned to core 0, the tool to core 1"
   local status=0 workload
@@ -53,7 +62,7 @@ main() {
 
 usage() {
   [[ $# -eq 0 ]] || echo "tools_agree: $1" >&2
-  echo "usage: $0 [--seconds N (30)] [--rounds R (3)] [WORKLOAD... (a b)]" >&2
+  echo "usage: $0 [--seconds N (30)] [--rounds R (3)] [--log-dir DIR] [WORKLOAD... (a b)]" >&2
   exit 2
 }
 
