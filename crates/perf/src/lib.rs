@@ -19,6 +19,7 @@ pub mod cpu;
 pub mod driver;
 pub mod error;
 pub mod options;
+pub mod order;
 pub mod producer;
 pub mod rate;
 pub mod report;
