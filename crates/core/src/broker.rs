@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -40,6 +40,20 @@ pub struct Broker {
     next_id: AtomicU64,
     store: Store,
     alarms: Alarms,
+    /// Client connections past their handshake (see `OpenConnection`).
+    open_connections: AtomicUsize,
+}
+
+/// Counts one client connection as open for as long as it lives
+/// (`Broker::connection_count`); a protocol connection takes it once its handshake is done
+/// and drops it once everything it held is released.
+pub struct OpenConnection(Arc<Broker>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let before = self.0.open_connections.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "invariant: one decrement per OpenConnection");
+    }
 }
 
 impl Broker {
@@ -83,6 +97,7 @@ impl Broker {
             next_id: AtomicU64::new(1),
             store,
             alarms: Alarms::default(),
+            open_connections: AtomicUsize::new(0),
         }))
     }
 
@@ -126,6 +141,17 @@ impl Broker {
                  For details see the broker logfile. (user '{user}')"
             )),
         }
+    }
+
+    /// Counts a client connection as open until the returned guard drops.
+    pub fn open_connection(self: &Arc<Self>) -> OpenConnection {
+        self.open_connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self.clone())
+    }
+
+    /// Client connections open now: past their handshake and not yet torn down.
+    pub fn connection_count(&self) -> usize {
+        self.open_connections.load(Ordering::Relaxed)
     }
 
     /// A fresh id for connections and consumers.

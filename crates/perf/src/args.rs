@@ -204,6 +204,12 @@ pub const FLAGS: &[Flag] = &[
     ),
     flag(
         "",
+        "source-addresses",
+        "N",
+        "--connections binds to 127.0.0.2.. (N addresses; 0: never) [auto]",
+    ),
+    flag(
+        "",
         "threads",
         "N",
         "worker threads of this tool [the number of cores]",

@@ -9,6 +9,7 @@
 //! deadline it is given, so the generic loops stay in charge of time.
 
 use std::future::Future;
+use std::net::IpAddr;
 
 use tokio::time::Instant;
 
@@ -42,10 +43,12 @@ pub trait Driver: Clone + Send + Sync + 'static {
         setup: ConsumerSetup,
     ) -> impl Future<Output = Result<Self::Consumer, PerfError>> + Send;
 
-    /// Opens a connection with `channels` channels and leaves it idle.
+    /// Opens a connection with `channels` channels and leaves it idle, its socket bound to
+    /// `source` (port chosen by the kernel) when given.
     fn open_idle(
         &self,
         channels: u16,
+        source: Option<IpAddr>,
     ) -> impl Future<Output = Result<Self::Idle, PerfError>> + Send;
 
     /// Keeps an idle connection alive: discards what arrived and sends a heartbeat when one is

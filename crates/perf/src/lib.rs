@@ -4,7 +4,8 @@
 //! Layout: `args` and `options` read the command line; `topology` works out queues and routing;
 //! `driver` is the protocol abstraction and `amqp091` its first implementation; `producer` and
 //! `consumer` are the protocol-independent tasks; `run` (load), `sweep` and `connections` are
-//! the three kinds of run; `report` holds the figures and `chart` draws them.
+//! the three kinds of run (`sources` and `open_files` serve the last); `report` holds the
+//! figures and `chart` draws them.
 
 pub mod amqp091;
 pub mod args;
@@ -18,12 +19,14 @@ pub mod control;
 pub mod cpu;
 pub mod driver;
 pub mod error;
+pub mod open_files;
 pub mod options;
 pub mod order;
 pub mod producer;
 pub mod rate;
 pub mod report;
 pub mod run;
+pub mod sources;
 pub mod stats;
 pub mod sweep;
 pub mod topology;
@@ -89,8 +92,12 @@ pub async fn run(options: &RunOptions, out: &mut (dyn Write + Send)) -> Result<R
     match &options.mode {
         Mode::Load => run::load(&driver, options, out, &mut report).await?,
         Mode::Sweep { step } => sweep::run(&driver, options, *step, out, &mut report).await?,
-        Mode::Connections { count } => {
-            connections::run(&driver, options, *count, out, &mut report).await?
+        Mode::Connections {
+            count,
+            source_addresses,
+        } => {
+            let (count, sources) = (*count, *source_addresses);
+            connections::run(&driver, options, count, sources, out, &mut report).await?
         }
     }
     if let Some(path) = &options.json {

@@ -14,8 +14,12 @@ pub enum Mode {
     Load,
     /// Measure the maximum rate, then step from 10% to 110% of it.
     Sweep { step: Duration },
-    /// Open N idle connections with 2 channels each and hold them for `-z` seconds.
-    Connections { count: u32 },
+    /// Open N idle connections with 2 channels each and hold them for `-z` seconds, from
+    /// `source_addresses` loopback addresses (127.0.0.2 on; `None`: as many as `count` needs).
+    Connections {
+        count: u32,
+        source_addresses: Option<u8>,
+    },
 }
 
 /// A queue or consumer argument (`-qa`, `-ca`): numbers and booleans keep their type, as
@@ -262,12 +266,20 @@ impl RunOptions {
 
 fn mode(given: &Given) -> Result<Mode, PerfError> {
     let sweep = given.switch("sweep");
+    if given.value("source-addresses").is_some() && given.value("connections").is_none() {
+        return Err(PerfError::usage(
+            "--source-addresses goes with --connections (load runs use few connections)",
+        ));
+    }
     match optional::<u32>(given, "connections")? {
         Some(_) if sweep => Err(PerfError::usage(
             "--sweep and --connections are two kinds of run: pick one",
         )),
         Some(0) => Err(PerfError::usage("--connections needs at least 1")),
-        Some(count) => Ok(Mode::Connections { count }),
+        Some(count) => Ok(Mode::Connections {
+            count,
+            source_addresses: source_addresses(given)?,
+        }),
         None if sweep => {
             let step = number(given, "sweep-step-seconds", SWEEP_STEP_DEFAULT.as_secs())?;
             if step < 2 {
@@ -278,6 +290,17 @@ fn mode(given: &Given) -> Result<Mode, PerfError> {
             })
         }
         None => Ok(Mode::Load),
+    }
+}
+
+/// `--source-addresses N`: 127.0.0.2 up to 127.0.0.254 at most.
+fn source_addresses(given: &Given) -> Result<Option<u8>, PerfError> {
+    match optional::<u8>(given, "source-addresses")? {
+        Some(n) if n > crate::connections::SOURCE_ADDRESSES_MAX => Err(PerfError::usage(format!(
+            "--source-addresses {n}: at most {} (127.0.0.2 to 127.0.0.254)",
+            crate::connections::SOURCE_ADDRESSES_MAX
+        ))),
+        other => Ok(other),
     }
 }
 

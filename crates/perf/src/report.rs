@@ -222,6 +222,9 @@ pub struct ConnectionsReport {
     pub requested: u32,
     pub opened: u32,
     pub channels_per_connection: u16,
+    /// Client addresses the connections were spread over (127.0.0.2 on); 0: not bound.
+    #[serde(default)]
+    pub source_addresses: u8,
     /// How long opening all of them took, seconds.
     pub open_s: f64,
     pub held_s: f64,

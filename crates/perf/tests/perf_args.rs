@@ -114,7 +114,13 @@ fn sweep_and_connections_modes() {
         }
     );
     let o = parse("--connections 1000");
-    assert_eq!(o.mode, Mode::Connections { count: 1000 });
+    assert_eq!(
+        o.mode,
+        Mode::Connections {
+            count: 1000,
+            source_addresses: None
+        }
+    );
     assert_eq!(
         o.run_time(),
         Duration::from_secs(60),
@@ -122,6 +128,14 @@ fn sweep_and_connections_modes() {
     );
     let o = parse("--connections 10 -z 5");
     assert_eq!(o.run_time(), Duration::from_secs(5));
+    let o = parse("--connections 40000 --source-addresses 4");
+    assert_eq!(
+        o.mode,
+        Mode::Connections {
+            count: 40000,
+            source_addresses: Some(4)
+        }
+    );
     let o = parse("-x 1 -y 1");
     assert_eq!(
         o.run_time(),
@@ -132,6 +146,8 @@ fn sweep_and_connections_modes() {
 
 #[test]
 fn mistakes_are_refused_with_the_flag_name() {
+    assert!(refused(&["--source-addresses", "2"]).contains("goes with --connections"));
+    assert!(refused(&["--connections", "9", "--source-addresses", "254"]).contains("at most 253"));
     assert!(refused(&["--producers", "many"]).contains("-x/--producers: 'many'"));
     assert!(refused(&["-f", "transient"]).contains("-f/--flag 'transient'"));
     assert!(refused(&["--queue-pattern", "q"]).contains("has no %d"));

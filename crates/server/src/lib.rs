@@ -42,6 +42,11 @@ impl RunningBroker {
         self.amqp_addr
     }
 
+    /// Client connections open now (past their handshake, not yet torn down).
+    pub fn connection_count(&self) -> usize {
+        self.broker.connection_count()
+    }
+
     /// Stops accepting, closes every connection with 320 CONNECTION_FORCED, and returns once
     /// they are gone (or the grace period ends).
     pub async fn shutdown(self) {

@@ -249,10 +249,15 @@ impl QueueHandle {
     /// Sends a command, waiting while the mailbox is full (back-pressure). Fails only when the
     /// queue has stopped (deleted), which callers report as 404.
     pub async fn send(&self, cmd: QueueCmd) -> Result<(), BrokerError> {
-        self.mailbox(&cmd)
-            .send(cmd)
+        // What `mpsc::Sender::send` does, with the command held once rather than twice across
+        // the wait: every connection task's future is as large as its largest await.
+        let permit = self
+            .mailbox(&cmd)
+            .reserve()
             .await
-            .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))
+            .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))?;
+        permit.send(cmd);
+        Ok(())
     }
 
     /// Waits for room in the data mailbox (cancel-safe, unlike `send`): lets a connection keep

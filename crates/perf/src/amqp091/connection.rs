@@ -5,6 +5,7 @@
 //! Setup calls wait at most `STEP_TIMEOUT` for each answer, so a silent broker fails the run
 //! with a message instead of hanging it.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -54,11 +55,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects and handshakes: PLAIN login, tune (heartbeat as asked, frame_max as the broker
-    /// proposes), then opens the endpoint's vhost.
-    pub async fn open(endpoint: &Endpoint, heartbeat_s: u16) -> Result<Connection, PerfError> {
+    /// Connects (from `source` when given) and handshakes: PLAIN login, tune (heartbeat as
+    /// asked, frame_max as the broker proposes), then opens the endpoint's vhost.
+    pub async fn open(
+        endpoint: &Endpoint,
+        heartbeat_s: u16,
+        source: Option<IpAddr>,
+    ) -> Result<Connection, PerfError> {
         let address = endpoint.address();
-        let socket = connect(&address).await?;
+        let socket = connect(&address, source).await?;
         let mut connection = Connection {
             socket,
             read_buf: BytesMut::with_capacity(SETUP_BUFFER_BYTES),
@@ -428,21 +433,33 @@ pub fn negotiated_heartbeat(asked_s: u16, proposed_s: u16) -> u16 {
     }
 }
 
-/// TCP connect with a bounded wait and errors that say what to check.
-async fn connect(address: &str) -> Result<TcpStream, PerfError> {
+/// TCP connect (bound to `source`, any port, when given) with a bounded wait and errors that
+/// say what to check.
+async fn connect(address: &str, source: Option<IpAddr>) -> Result<TcpStream, PerfError> {
     let target = resolve(address).await?;
-    let attempt = async {
-        let socket = if target.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
+    let socket = if target.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    };
+    let socket = socket.map_err(|error| open_files_hint(address, &error))?;
+    let setup = || -> std::io::Result<()> {
         socket.set_send_buffer_size(SEND_BUFFER_BYTES)?;
         // Publishes and acks are batched by the tool itself; Nagle would only add delay.
-        socket.set_nodelay(true)?;
-        socket.connect(target).await
+        socket.set_nodelay(true)
     };
-    match tokio::time::timeout(STEP_TIMEOUT, attempt).await {
+    setup().map_err(|error| open_files_hint(address, &error))?;
+    if let Some(source) = source {
+        socket.bind(SocketAddr::new(source, 0)).map_err(|error| {
+            PerfError::Connect(format!(
+                "cannot bind a socket to source address {source} to connect to {address}: \
+                     {error} (each source address has the kernel's ephemeral ports, \
+                     net.ipv4.ip_local_port_range, less those in TIME_WAIT for a minute after \
+                     an earlier run: wait, or give more --source-addresses)"
+            ))
+        })?;
+    }
+    match tokio::time::timeout(STEP_TIMEOUT, socket.connect(target)).await {
         Ok(Ok(socket)) => Ok(socket),
         Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
             Err(PerfError::Connect(format!(
@@ -459,6 +476,13 @@ async fn connect(address: &str) -> Result<TcpStream, PerfError> {
             STEP_TIMEOUT.as_secs()
         ))),
     }
+}
+
+fn open_files_hint(address: &str, error: &std::io::Error) -> PerfError {
+    PerfError::Connect(format!(
+        "cannot open a socket to connect to {address}: {error} (too many open files means \
+         raising ulimit -n)"
+    ))
 }
 
 async fn resolve(address: &str) -> Result<std::net::SocketAddr, PerfError> {

@@ -6,6 +6,8 @@ mod connection;
 mod consumer;
 mod publisher;
 
+use std::net::IpAddr;
+
 use warren_proto::amqp091::{
     ChannelOpen, ExchangeDeclare, FieldTable, Method, QueueBind, QueueDeclare, ShortStr,
 };
@@ -15,7 +17,7 @@ use crate::error::PerfError;
 use crate::topology::{QueueSpec, Topology};
 use crate::uri::Endpoint;
 
-pub use connection::Connection;
+pub use connection::{Connection, STEP_TIMEOUT};
 pub use consumer::Consumer;
 pub use publisher::Publisher;
 
@@ -35,7 +37,7 @@ impl Amqp091 {
     }
 
     async fn connect(&self) -> Result<Connection, PerfError> {
-        Connection::open(&self.endpoint, self.heartbeat_s).await
+        Connection::open(&self.endpoint, self.heartbeat_s, None).await
     }
 }
 
@@ -76,14 +78,19 @@ impl Driver for Amqp091 {
         Consumer::open(self.connect().await?, &setup).await
     }
 
-    async fn open_idle(&self, channels: u16) -> Result<Connection, PerfError> {
-        let mut connection = self.connect().await?;
+    async fn open_idle(
+        &self,
+        channels: u16,
+        source: Option<IpAddr>,
+    ) -> Result<Connection, PerfError> {
+        let mut connection = Connection::open(&self.endpoint, self.heartbeat_s, source).await?;
         for channel in 1..=channels {
             let open = Method::ChannelOpen(ChannelOpen::default());
             connection
                 .call(channel, &open, "opening an idle channel")
                 .await?;
         }
+        connection.use_small_buffers();
         Ok(connection)
     }
 

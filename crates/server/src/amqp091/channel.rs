@@ -40,9 +40,10 @@ pub struct Channel {
     pub consumer_prefetch: u16,
     /// basic.qos prefetch-count shared by the channel's consumers (global = true).
     pub channel_prefetch: u16,
-    /// Publisher confirms: the last sequence number assigned and the last one acked.
-    pub confirm: Option<Confirms>,
-    pub tx: Option<TxBuffer>,
+    /// Publisher confirms: the last sequence number assigned and the last one acked. Boxed,
+    /// as `tx`: most channels never use them, and every idle channel would carry them.
+    pub confirm: Option<Box<Confirms>>,
+    pub tx: Option<Box<TxBuffer>>,
     /// Deliveries over the channel-wide prefetch, written as acks make room (bounded by the
     /// consumers' credit).
     pub held: VecDeque<warren_core::consumer::Delivery>,
@@ -78,8 +79,35 @@ impl Connection {
             .expect("invariant: channels exist only after connection.open")
     }
 
-    pub(super) async fn on_channel_frame(&mut self, id: u16, method: Method) -> Result<(), Fault> {
+    /// basic.publish, basic.ack and basic.nack: the message path, without a future.
+    pub(super) fn on_hot_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
         let cause = Cause::of(&method);
+        if !self.admit(id, &method, cause)? {
+            return Ok(());
+        }
+        match method {
+            Method::BasicPublish(publish) => self.on_publish(id, publish),
+            other => self.on_settle_method(id, other, cause),
+        }
+    }
+
+    /// Any other method on a channel (run in a boxed future: see `Connection::on_read`).
+    pub(super) async fn on_cold_method(&mut self, id: u16, method: Method) -> Result<(), Fault> {
+        // Anything else sees the effects of the publishes and settlements before it, as the
+        // client sent them (a passive declare counts them; its reply tells the client its acks
+        // reached the queues).
+        self.flush_pending().await;
+        let cause = Cause::of(&method);
+        if !self.admit(id, &method, cause)? {
+            return Ok(());
+        }
+        self.on_method(id, method, cause).await
+    }
+
+    /// Checks a method against its channel's state: channel.open opens it; a closing channel
+    /// drops everything but close and close-ok; a content must not be interrupted. `false`:
+    /// the method was dealt with here.
+    fn admit(&mut self, id: u16, method: &Method, cause: Cause) -> Result<bool, Fault> {
         let Some(channel) = self.channels.get_mut(&id) else {
             if let Method::ChannelOpen(_) = method {
                 let open = self.channels.len();
@@ -94,10 +122,10 @@ impl Connection {
                         cause,
                     ));
                 }
-                self.channels.insert(id, Channel::default());
+                self.channels.insert(id, Box::default());
                 let ok = ChannelOpenOk::default();
                 self.out.method(id, &Method::ChannelOpenOk(ok));
-                return Ok(());
+                return Ok(false);
             }
             return Err(Fault::connection(
                 reply_code::CHANNEL_ERROR,
@@ -109,7 +137,7 @@ impl Connection {
             if matches!(method, Method::ChannelCloseOk(_) | Method::ChannelClose(_)) {
                 self.channels.remove(&id);
             }
-            return Ok(());
+            return Ok(false);
         }
         if channel.assembly.is_some() {
             return Err(Fault::connection(
@@ -121,22 +149,15 @@ impl Connection {
                 },
             ));
         }
-        self.on_method(id, method, cause).await
+        Ok(true)
     }
 
+    /// Every method but publish, ack and nack, on an open channel.
     async fn on_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
-        if !matches!(
-            method,
-            Method::BasicPublish(_) | Method::BasicAck(_) | Method::BasicNack(_)
-        ) {
-            // Anything else may observe the effect of earlier publishes: send them first.
-            self.flush_pending().await;
-        }
         match method {
-            Method::BasicPublish(publish) => self.on_publish(id, publish),
             Method::ChannelClose(_) => {
                 if let Some(channel) = self.channels.remove(&id) {
-                    self.release_channel(channel).await;
+                    self.release_channel(*channel).await;
                 }
                 self.out
                     .method(id, &Method::ChannelCloseOk(Default::default()));
@@ -347,14 +368,14 @@ impl Connection {
     ) {
         tracing::debug!(connection = self.id, channel = id, code, %text, "closing channel");
         if let Some(channel) = self.channels.remove(&id) {
-            self.release_channel(channel).await;
+            self.release_channel(*channel).await;
         }
         self.channels.insert(
             id,
-            Channel {
+            Box::new(Channel {
                 closing: true,
                 ..Channel::default()
-            },
+            }),
         );
         let close = ChannelClose {
             reply_code: code,

@@ -83,7 +83,9 @@ pub struct Connection {
     events: Vec<Event>,
     pub(super) vhost: Option<Arc<VHost>>,
     pub(super) user: String,
-    pub(super) channels: FxHashMap<u16, Channel>,
+    /// Boxed: a map leaves buckets empty, and an empty bucket costs a pointer this way
+    /// rather than a whole `Channel`.
+    pub(super) channels: FxHashMap<u16, Box<Channel>>,
     pub(super) tuning: Tuning,
     pub(super) caps: ClientCaps,
     pub(super) pending: Pending,
@@ -128,15 +130,24 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         wrote_since_tick: false,
         closed_by_client: false,
     };
-    let outcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await {
-        Ok(Ok(())) => conn.run().await,
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
+    let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
+    let outcome = match handshake {
+        Ok(Ok(())) => {
+            // The handshake's buffers are not needed again (connection.start is the largest
+            // frame a connection writes until its clients publish or consume).
+            conn.out.shrink();
+            conn.give_back_read_buffer();
+            conn.run().await
+        }
         Ok(Err(fault)) => Err(fault),
         Err(_) => Err(Fault::Gone("handshake timeout".into())),
     };
     if let Err(fault) = outcome {
         conn.close_with(fault).await;
     }
-    conn.teardown().await;
+    Box::pin(conn.teardown()).await;
+    drop(open);
     if conn.closed_by_client {
         // As RabbitMQ: after close-ok it is the client that closes the socket.
         let mut scratch = [0u8; 64];
@@ -184,40 +195,31 @@ impl Connection {
 
     async fn run(&mut self) -> Result<(), Fault> {
         let heartbeat = Duration::from_secs(u64::from(self.tuning.heartbeat));
-        let mut ticker = tokio::time::interval(if heartbeat.is_zero() {
-            Duration::from_secs(3600)
-        } else {
-            heartbeat / 2
+        // No timer at all for a connection without heartbeats.
+        let mut ticker = (!heartbeat.is_zero()).then(|| {
+            let mut ticker = tokio::time::interval(heartbeat / 2);
+            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            ticker
         });
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
-            if self.rbuf.capacity() - self.rbuf.len() < READ_SPACE_MIN_BYTES.min(self.read_chunk)
-                || self.read_chunk > READ_CHUNK_MIN_BYTES
-            {
-                self.rbuf.reserve(self.read_chunk);
-            }
-            let space = self.rbuf.capacity() - self.rbuf.len();
             let blocked = self.throttle.is_blocked();
             tokio::select! {
-                read = self.reader.read_buf(&mut self.rbuf), if !blocked => {
-                    let read = read?;
+                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk), if !blocked => {
+                    let (read, space) = read?;
                     if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
                     }
                     self.adapt_read_chunk(read, space);
                     self.read_idle_ticks = 0;
                     self.on_read().await?;
-                    if self.rbuf.is_empty() && self.rbuf.capacity() > self.read_chunk * 2 {
-                        // After a burst: give the large buffer back.
-                        self.rbuf = BytesMut::new();
-                    }
+                    self.give_back_read_buffer();
                 }
                 () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
-                _ = ticker.tick(), if !heartbeat.is_zero() => self.on_tick(heartbeat)?,
+                _ = tick(&mut ticker) => self.on_tick(heartbeat)?,
                 _ = shutdown.changed() => {
                     return Err(Fault::connection(
                         reply_code::CONNECTION_FORCED,
@@ -230,6 +232,31 @@ impl Connection {
             self.on_events();
             self.grant_credit().await;
             self.flush().await?;
+        }
+    }
+
+    /// Drops the read buffer once everything in it is decoded, for a connection that reads
+    /// little (its reserve is at the minimum: an idle one holds no buffer while it waits), or
+    /// after a burst. A busy connection keeps its buffer, whose reserve doubles while reads
+    /// fill it, so that a publisher gets many frames per syscall.
+    ///
+    /// A quiet publisher's buffer is kept while messages still slice it and it has room: the
+    /// memory stays taken by them anyway, and its next messages go into the same block instead
+    /// of a new one each (`read_into`).
+    fn give_back_read_buffer(&mut self) {
+        if !self.rbuf.is_empty() {
+            return;
+        }
+        let quiet = self.read_chunk == READ_CHUNK_MIN_BYTES;
+        if quiet {
+            let room = self.rbuf.capacity() >= READ_SPACE_MIN_BYTES;
+            // Succeeds (at no cost) only when nothing else holds the allocation.
+            let shared = !self.rbuf.try_reclaim(self.rbuf.capacity());
+            if !(shared && room) {
+                self.rbuf = BytesMut::new();
+            }
+        } else if self.rbuf.capacity() > self.read_chunk * 2 {
+            self.rbuf = BytesMut::new();
         }
     }
 
@@ -258,26 +285,34 @@ impl Connection {
             return Err(Fault::Gone("missed heartbeats".into()));
         }
         if !std::mem::take(&mut self.wrote_since_tick) && self.out.is_empty() {
+            // Quiet for half an interval: no need to keep what the last burst grew.
+            self.out.shrink();
             self.out.heartbeat();
         }
         Ok(())
     }
 
     /// Decodes and handles every complete frame in the read buffer, then hands the publishes
-    /// they carried to their queues. Publish content during an alarm stops it at that frame.
+    /// they carried to their queues (also when a frame ends the connection). Publish content
+    /// during an alarm stops it at that frame.
     pub(super) async fn on_read(&mut self) -> Result<(), Fault> {
         self.throttle.refresh();
-        loop {
+        let outcome = loop {
             let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
                 Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(error) => {
-                    self.flush_pending().await;
-                    return Err(Fault::decode(&error));
-                }
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(Fault::decode(&error)),
             };
             let content = matches!(frame, Frame::Header { .. } | Frame::Body { .. });
-            match self.on_frame(frame).await {
+            // Publishes, their content and acks are handled without a future; every other
+            // frame through a boxed one: the connection future is as large as its largest
+            // await, and every idle connection holds it.
+            let handled = match self.on_hot_frame(frame) {
+                Ok(None) => Ok(()),
+                Ok(Some(frame)) => Box::pin(self.on_frame(frame)).await,
+                Err(fault) => Err(fault),
+            };
+            match handled {
                 Ok(()) => {}
                 Err(Fault::Channel {
                     channel,
@@ -286,46 +321,45 @@ impl Connection {
                     class_id,
                     method_id,
                 }) => {
-                    self.close_channel_with(channel, code, text, class_id, method_id)
+                    Box::pin(self.close_channel_with(channel, code, text, class_id, method_id))
                         .await
                 }
-                Err(fault) => {
-                    self.flush_pending().await;
-                    return Err(fault);
-                }
+                Err(fault) => break Err(fault),
             }
             if content && self.throttle.is_blocking() && self.block() {
-                break;
+                break Ok(());
             }
-        }
+        };
         self.flush_pending().await;
-        Ok(())
+        outcome
+    }
+
+    /// The message path: basic.publish, content headers and bodies, basic.ack and nack, and
+    /// heartbeats. Any other frame is handed back for `on_frame`.
+    fn on_hot_frame(&mut self, frame: Frame) -> Result<Option<Frame>, Fault> {
+        match frame {
+            Frame::Heartbeat { channel: 0 } => {}
+            Frame::Method {
+                channel: channel @ 1..,
+                method:
+                    method @ (Method::BasicPublish(_) | Method::BasicAck(_) | Method::BasicNack(_)),
+            } => self.on_hot_method(channel, method)?,
+            Frame::Header { channel, header } => self.on_header(channel, header)?,
+            Frame::Body { channel, payload } => self.on_body(channel, payload)?,
+            other => return Ok(Some(other)),
+        }
+        Ok(None)
     }
 
     async fn on_frame(&mut self, frame: Frame) -> Result<(), Fault> {
         match frame {
-            Frame::Heartbeat { channel: 0 } => Ok(()),
             Frame::Heartbeat { channel } => Err(Fault::connection(
                 reply_code::FRAME_ERROR,
                 format!("heartbeat frame on channel {channel}; heartbeats belong on channel 0"),
                 Cause::default(),
             )),
             Frame::Method { channel: 0, method } => self.on_connection_method(method).await,
-            Frame::Method { channel, method } => {
-                if !matches!(
-                    method,
-                    Method::BasicPublish(_)
-                        | Method::BasicAck(_)
-                        | Method::BasicNack(_)
-                        | Method::BasicReject(_)
-                ) {
-                    // Anything else sees the effects of the publishes and settlements before
-                    // it, as the client sent them (a passive declare counts them; its reply
-                    // tells the client its acks reached the queues).
-                    self.flush_pending().await;
-                }
-                self.on_channel_frame(channel, method).await
-            }
+            Frame::Method { channel, method } => self.on_cold_method(channel, method).await,
             Frame::Header { channel, header } => self.on_header(channel, header),
             Frame::Body { channel, payload } => self.on_body(channel, payload),
         }
@@ -427,7 +461,7 @@ impl Connection {
         let ids: Vec<u16> = self.channels.keys().copied().collect();
         for id in ids {
             if let Some(channel) = self.channels.remove(&id) {
-                self.release_channel(channel).await;
+                self.release_channel(*channel).await;
             }
         }
         self.requeue_outbox();
@@ -440,4 +474,35 @@ impl Connection {
             }
         }
     }
+}
+
+/// The next heartbeat tick; never, without heartbeats.
+async fn tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads into `rbuf` with at least `chunk` bytes of room; returns the bytes read and the room
+/// there was. A buffer that was given back is reserved again only once the socket is readable,
+/// so that a connection waiting for its client holds none.
+async fn read_into(
+    reader: &mut OwnedReadHalf,
+    rbuf: &mut BytesMut,
+    chunk: usize,
+) -> std::io::Result<(usize, usize)> {
+    if rbuf.capacity() == 0 {
+        reader.readable().await?;
+    }
+    // A quiet connection reads into what is left of its buffer while enough is; a busy one
+    // always has a whole chunk of room (see `give_back_read_buffer`).
+    if chunk > READ_CHUNK_MIN_BYTES || rbuf.capacity() - rbuf.len() < READ_SPACE_MIN_BYTES {
+        rbuf.reserve(chunk);
+    }
+    let space = rbuf.capacity() - rbuf.len();
+    let read = reader.read_buf(rbuf).await?;
+    Ok((read, space))
 }

@@ -106,24 +106,8 @@ impl Connection {
             Method::BasicConsume(consume) => self.on_consume(id, consume, cause).await,
             Method::BasicCancel(cancel) => self.on_cancel(id, cancel).await,
             Method::BasicGet(get) => self.on_get(id, get.queue.as_str(), get.no_ack, cause).await,
-            Method::BasicAck(ack) => {
-                self.settle(id, ack.delivery_tag, ack.multiple, SettleOp::Ack, cause)
-            }
-            Method::BasicNack(nack) => {
-                let op = if nack.requeue {
-                    SettleOp::Requeue
-                } else {
-                    SettleOp::Discard
-                };
-                self.settle(id, nack.delivery_tag, nack.multiple, op, cause)
-            }
-            Method::BasicReject(reject) => {
-                let op = if reject.requeue {
-                    SettleOp::Requeue
-                } else {
-                    SettleOp::Discard
-                };
-                self.settle(id, reject.delivery_tag, false, op, cause)
+            Method::BasicAck(_) | Method::BasicNack(_) | Method::BasicReject(_) => {
+                self.on_settle_method(id, method, cause)
             }
             Method::BasicRecover(recover) => {
                 self.recover(id, recover.requeue, cause)?;
@@ -133,6 +117,36 @@ impl Connection {
             }
             Method::BasicRecoverAsync(recover) => self.recover(id, recover.requeue, cause),
             other => self.on_mode_method(id, other, cause).await,
+        }
+    }
+
+    /// basic.ack, basic.nack and basic.reject.
+    pub(super) fn on_settle_method(
+        &mut self,
+        id: u16,
+        method: Method,
+        cause: Cause,
+    ) -> Result<(), Fault> {
+        let requeue_op = |requeue| {
+            if requeue {
+                SettleOp::Requeue
+            } else {
+                SettleOp::Discard
+            }
+        };
+        match method {
+            Method::BasicAck(ack) => {
+                self.settle(id, ack.delivery_tag, ack.multiple, SettleOp::Ack, cause)
+            }
+            Method::BasicNack(nack) => {
+                let op = requeue_op(nack.requeue);
+                self.settle(id, nack.delivery_tag, nack.multiple, op, cause)
+            }
+            Method::BasicReject(reject) => {
+                let op = requeue_op(reject.requeue);
+                self.settle(id, reject.delivery_tag, false, op, cause)
+            }
+            _ => unreachable!("invariant: only settlements are routed here"),
         }
     }
 
@@ -146,7 +160,7 @@ impl Connection {
                 if channel.tx.is_some() {
                     return Err(precondition("cannot switch from tx to confirm mode"));
                 }
-                channel.confirm.get_or_insert_with(Confirms::default);
+                channel.confirm.get_or_insert_with(Box::<Confirms>::default);
                 if !select.nowait {
                     self.out
                         .method(id, &Method::ConfirmSelectOk(Default::default()));
@@ -156,7 +170,7 @@ impl Connection {
                 if channel.confirm.is_some() {
                     return Err(precondition("cannot switch from confirm to tx mode"));
                 }
-                channel.tx.get_or_insert_with(TxBuffer::default);
+                channel.tx.get_or_insert_with(Box::<TxBuffer>::default);
                 self.out.method(id, &Method::TxSelectOk(Default::default()));
             }
             Method::TxCommit(_) => {
@@ -572,6 +586,11 @@ impl Connection {
     /// Gives consumers back the credit their written or settled deliveries freed; batched so
     /// a busy consumer costs one credit command per half window, not one per message.
     pub(super) async fn grant_credit(&mut self) {
+        send_credit(self.credit_due()).await;
+    }
+
+    /// The credit to grant now: (queue, consumer, credit).
+    pub(super) fn credit_due(&mut self) -> Vec<(QueueHandle, u64, u32)> {
         let mut grants: Vec<(QueueHandle, u64, u32)> = Vec::new();
         for channel in self.channels.values_mut() {
             if channel.closing || channel.consumers.is_empty() {
@@ -588,9 +607,14 @@ impl Connection {
                 }
             }
         }
-        for (queue, consumer, credit) in grants {
-            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
-        }
+        grants
+    }
+}
+
+/// Sends the credit `credit_due` found.
+pub(super) async fn send_credit(grants: Vec<(QueueHandle, u64, u32)>) {
+    for (queue, consumer, credit) in grants {
+        let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
     }
 }
 

@@ -552,7 +552,11 @@ impl Connection {
                 }
                 () = outbox.notified() => {
                     self.on_events();
-                    self.grant_credit().await;
+                    let grants = self.credit_due();
+                    if !grants.is_empty() {
+                        // Boxed: rare (see `Connection::on_read`).
+                        Box::pin(super::consume::send_credit(grants)).await;
+                    }
                     if self.flush().await.is_err() {
                         return; // the socket is gone; teardown follows
                     }

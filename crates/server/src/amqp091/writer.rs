@@ -97,8 +97,28 @@ impl Writer {
         self.encode.is_empty() && self.queued.is_empty()
     }
 
+    /// Gives back the buffers of a writer with nothing to write (after the handshake, or once
+    /// a connection has gone quiet); the next frame starts a small one.
+    pub fn shrink(&mut self) {
+        if self.is_empty() {
+            self.encode = BytesMut::new();
+            self.queued = VecDeque::new();
+        }
+    }
+
     /// Writes everything queued, in as few syscalls as the socket allows.
     pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
+        if self.queued.is_empty() {
+            // Small frames only: written from the encode buffer, which stays whole (no write
+            // list, no shared handle: an idle connection keeps just the buffer).
+            while !self.encode.is_empty() {
+                let written = socket.write(&self.encode).await?;
+                if written == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                self.encode.advance(written);
+            }
+        }
         self.seal();
         while !self.queued.is_empty() {
             let slices: Vec<IoSlice<'_>> = self
