@@ -7,13 +7,16 @@
 #
 # Backlog run, on a fresh Warren (release build, bench/brokers.sh), phases in this order:
 #   idle     2 s
-#   publish  warren-backlog publish: N persistent messages of BYTES, numbered 0..N, into the
-#            durable queue "backlog", publisher confirms (all confirmed when it ends)
+#   publish  warren perf, 1 producer, no consumer: N persistent, mandatory messages of BYTES
+#            (each numbered in its body, 0..N-1) into the durable queue "backlog", publisher
+#            confirms with up to 1000 outstanding; all N must be confirmed, none nacked or
+#            returned
 #   crash    kill -9 of the broker
 #   restart  the broker started again on the same data directory and port; the restart time
 #            is from the launch of the process to its "listening on" log line (TCP accepted
 #            is measured too); its "message store: recover..." lines are kept
-#   consume  warren-backlog consume: all N, checked in order (0, 1, 2, ... no gap, no repeat)
+#   consume  the queue must hold N ready messages; warren perf, 1 consumer, --verify-order:
+#            all N, checked in order (0, 1, 2, ... no gap, no repeat)
 #   drained  2 s, then SIGTERM (clean stop, timed)
 # It passes when the broker's RSS stayed under 1024 MiB throughout (every sample and the
 # kernel's high-water mark VmHWM of both broker processes), the restart took under 10 s and
@@ -22,6 +25,8 @@
 # Churn run (--churn): a fresh Warren, warren-backlog churn --keep-full (publisher and
 # consumer at once through the durable queue "churn", the backlog never above M; the consumer
 # trails the publisher so that the backlog stays near M all along), then 5 s to settle.
+# warren-backlog does this run because no PerfTest flag paces a publisher by what a consumer
+# has acknowledged, which is what holds the backlog at M.
 # It passes when the churn ends in order and the store directory at the end is no larger
 # than 2 x M x BYTES + 2 segments; the peak is reported against the same figure.
 #
@@ -64,7 +69,7 @@ csv=""
 summary=""
 prefix=""
 failures=0
-tool=""
+backlog_tool="" # warren-backlog, for the churn run
 uri=""
 
 main() {
@@ -109,11 +114,11 @@ usage: $0 [--messages N] [--size BYTES] [common options]
   --churn             the churn run instead of the backlog run
   --total N           churn run: messages through the queue (default 20000000)
   --max-backlog M     churn run: most messages published and not yet acked (default 100000)
-  --size BYTES        body size, at least 8 (default 1024)
+  --size BYTES        body size, at least 12 (default 1024)
 common options:
   --segment-size B    Warren's store_segment_size (default 67108864, Warren's default)
   --memory-budget B   Warren's queue_memory_budget (default: Warren's, 64 MiB)
-  --timeout S         limit of each warren-backlog run (default 300 + 1 s per 2000 messages)
+  --timeout S         limit of each client run (default 300 + 1 s per 2000 messages)
   --out-dir DIR       where the CSV, charts and summary go (default bench/results)
 Quick runs: $0 --messages 200000
             $0 --churn --total 500000 --max-backlog 20000
@@ -134,8 +139,8 @@ parse_args() {
         total="$value" ;;
       --max-backlog) [[ "$value" =~ $count ]] || usage "--max-backlog needs a count"
         max_backlog="$value" ;;
-      --size) [[ "$value" =~ $count && "$value" -ge 8 ]] \
-          || usage "--size needs a byte count of at least 8 (the sequence number)"
+      --size) [[ "$value" =~ $count && "$value" -ge 12 ]] \
+          || usage "--size needs a byte count of at least 12 (sequence number and time stamp)"
         size="$value" ;;
       --segment-size) [[ "$value" =~ $count ]] || usage "--segment-size needs bytes"
         segment_size="$value" ;;
@@ -185,17 +190,18 @@ check_disk() {
   require_free_mib backlog "$need_mib"
 }
 
-# find_tools: warren-backlog and warren-plot, built when missing (Warren is built by
-# start_warren).
+# find_tools: warren-backlog for the churn run, built when missing. The backlog run's client
+# is `warren perf`, the broker's own binary (start_warren builds it when missing).
 find_tools() {
+  [[ "$mode" == churn ]] || return 0
   local target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release"
-  tool="${WARREN_BACKLOG_BIN:-$target/warren-backlog}"
-  if [[ ! -x "$tool" ]]; then
+  backlog_tool="${WARREN_BACKLOG_BIN:-$target/warren-backlog}"
+  if [[ ! -x "$backlog_tool" ]]; then
     echo "backlog: building warren-backlog: cargo build --release -p warren-backlog"
     (cd "$REPO_ROOT" && cargo build --release -p warren-backlog) || true
-    if [[ ! -x "$tool" ]]; then
-      echo "backlog: no $tool; build it (cargo build --release -p warren-backlog) or set" \
-        "WARREN_BACKLOG_BIN" >&2
+    if [[ ! -x "$backlog_tool" ]]; then
+      echo "backlog: no $backlog_tool; build it (cargo build --release -p warren-backlog)" \
+        "or set WARREN_BACKLOG_BIN" >&2
       exit 1
     fi
   fi
@@ -228,7 +234,11 @@ backlog_run() {
   start_broker || return 1
   sleep "$IDLE_S"
   phase publish
-  client publish --queue backlog --count "$messages" --size "$size" || return 1
+  perf_client publish -x 1 -y 0 --pmessages "$messages" --size "$size" --confirm 1000 \
+    --flag mandatory || return 1
+  perf_check publish "confirmed $messages, nacked 0, returned 0" \
+    "totals['confirmed'] == $messages and totals['nacked'] == 0 and totals['returned'] == 0" \
+    || return 1
   local publish_hwm
   publish_hwm="$(status_mib "$warren_pid" VmHWM)"
   say "publish: peak RSS $(peak_mib publish 3) MiB sampled, VmHWM $publish_hwm MiB;" \
@@ -241,7 +251,14 @@ backlog_run() {
   restart_broker || return 1
   phase consume
   local consumed=1
-  client consume --queue backlog --count "$messages" || consumed=0
+  ready_check "$messages" || consumed=0
+  if [[ $consumed -eq 1 ]]; then
+    perf_client consume -x 0 -y 1 --cmessages "$messages" --qos 1000 --multi-ack-every 500 \
+      --verify-order || consumed=0
+  fi
+  if [[ $consumed -eq 1 ]]; then
+    perf_check consume "received $messages" "totals['received'] == $messages" || consumed=0
+  fi
   say "consume: peak RSS $(peak_mib consume 3) MiB sampled"
   phase drained
   sleep "$IDLE_S"
@@ -260,8 +277,8 @@ churn_run() {
   start_broker || return 1
   sleep "$IDLE_S"
   phase churn
-  client churn --queue churn --total "$total" --max-backlog "$max_backlog" --size "$size" \
-    --keep-full || return 1
+  backlog_client churn --queue churn --total "$total" --max-backlog "$max_backlog" \
+    --size "$size" --keep-full || return 1
   phase settle
   sleep "$SETTLE_S"
   local final_bytes bound_bytes
@@ -282,13 +299,61 @@ churn_run() {
   check "all $total messages churned through in order" 1
 }
 
-# client COMMAND ARGS...: one warren-backlog run on the broker, bounded by --timeout (its own
-# limit, and `timeout` a minute later in case it hangs); says its JSON summary.
-client() {
+# perf_client PHASE ARGS...: one `warren perf` run on the queue "backlog" (durable, persistent
+# messages), bounded by --timeout (its --max-seconds, and `timeout` a minute later in case it
+# hangs); its report goes to PHASE.json, and its duration and rate are said.
+perf_client() {
+  local phase="$1" log="$work_dir/perf-$1.log" json="$work_dir/perf-$1.json" status=0
+  shift
+  local args=(-u backlog --flag persistent --auto-delete false "$@" --max-seconds "$timeout_s"
+    --json "$json")
+  echo "$phase: warren perf ${args[*]} (progress in $log)"
+  timeout --kill-after=10 $((timeout_s + 60)) "$(warren_binary)" perf --uri "$uri" \
+    "${args[@]}" >"$log" 2>&1 </dev/null || status=$?
+  if [[ $status -ne 0 ]]; then
+    say "FAIL $phase: warren perf exited with status $status; its last lines:"
+    tail -n 5 "$log" | while IFS= read -r line; do say "  $line"; done
+    return 1
+  fi
+  tail -n 2 "$log" | sed 's/^/  /'
+  say "$phase: $(json "$json" summary duration_s) s, sending $(json "$json" summary \
+    sending_rate_avg) msg/s, receiving $(json "$json" summary receiving_rate_avg) msg/s" \
+    "(totals $(json "$json" summary totals))"
+}
+
+# perf_check PHASE WHAT CONDITION: a Python CONDITION on the run's totals (a dict), read from
+# PHASE.json; WHAT says what it wants. A run that reached --timeout ends as if done (exit 0)
+# and fails here.
+perf_check() {
+  local phase="$1" what="$2" condition="$3"
+  if ! python3 -c "import json, sys
+totals = json.load(open(sys.argv[1]))['summary']['totals']
+sys.exit(0 if ($condition) else 1)" "$work_dir/perf-$phase.json"; then
+    say "FAIL $phase: wanted $what, got $(json "$work_dir/perf-$phase.json" summary totals)"
+    return 1
+  fi
+}
+
+# ready_check N: the queue "backlog" must hold N ready messages before they are consumed.
+ready_check() {
+  local ready
+  ready="$(python3 "$REPO_ROOT/bench/sample_broker.py" count --port "$warren_port" \
+    --queue backlog)" || ready=""
+  if [[ "$ready" != "$1" ]]; then
+    say "FAIL consume: queue backlog holds ${ready:-an unknown number of} ready messages" \
+      "after the restart, $1 wanted"
+    return 1
+  fi
+  say "consume: queue backlog holds $ready ready messages after the restart"
+}
+
+# backlog_client COMMAND ARGS...: one warren-backlog run on the broker, bounded by --timeout
+# (its own limit, and `timeout` a minute later in case it hangs); says its JSON summary.
+backlog_client() {
   local command="$1" log="$work_dir/client-$1.log" out="$work_dir/client-$1.json" status=0
   shift
   echo "$command: warren-backlog $command $* (progress in $log)"
-  timeout --kill-after=10 $((timeout_s + 60)) "$tool" "$command" --uri "$uri" \
+  timeout --kill-after=10 $((timeout_s + 60)) "$backlog_tool" "$command" --uri "$uri" \
     --timeout "$timeout_s" "$@" >"$out" 2>"$log" </dev/null || status=$?
   if [[ $status -ne 0 ]]; then
     say "FAIL $command: warren-backlog exited with status $status; its last lines:"
@@ -411,10 +476,13 @@ max_of() {
     END { printf "%.1f", m }'
 }
 
-# json FILE KEY: a field of the one-line JSON summary of warren-backlog.
+# json FILE KEY...: a field of a JSON file (warren-backlog's one-line summary, warren perf's
+# --json report), nested keys in order; objects are printed as JSON.
 json() {
-  python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).read())[sys.argv[2]])' \
-    "$1" "$2"
+  python3 -c 'import json, sys
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]: value = value[key]
+print(json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else value)' "$@"
 }
 
 # keep_logs: the broker's log (both runs of it) next to the results.

@@ -1,36 +1,37 @@
 #!/usr/bin/env bash
-# Runs one PerfTest workload against a private RabbitMQ node and then against Warren,
-# and compares throughput, latency and CPU cost per message. See bench/README.md.
+# Runs one load workload (PerfTest's flags) against a private RabbitMQ node and then against
+# Warren, and compares throughput, latency and CPU cost per message. See bench/README.md.
 #
-#   bench/compare.sh [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload NAME
+#   bench/compare.sh [--tool warren-perf|perftest] [--only rabbitmq|warren] --workload NAME
 #                    [--seconds N]
-#   bench/compare.sh [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS...]
+#   bench/compare.sh [--tool warren-perf|perftest] [--only rabbitmq|warren] [LOAD_ARGS...]
 #
 # --pin runs the broker on core 0 and the load tool on core 1, so that two load tools can
 # be compared against one broker (bench/tools_agree.sh).
-# --tool picks the load generator: RabbitMQ PerfTest (the default and the reference) or
-# `warren perf`, which takes the same flags and prints the same summary lines and uses far
-# less CPU, so that on a 2-core machine the broker rather than the tool sets the rate.
+# --tool picks the load generator: `warren perf` (the default), which takes PerfTest's flags,
+# prints PerfTest's summary lines and uses far less CPU, so that on a 2-core machine the
+# broker rather than the tool sets the rate; or RabbitMQ PerfTest, the reference.
 #
 # --workload runs one of the standard workloads of bench/README.md (a, b, w1, w1x10) for
-# --seconds (default 30). Otherwise PERFTEST_ARGS go to PerfTest unchanged; they default to
-# workload a and must contain -z/--time. Each broker runs alone: RabbitMQ is started,
-# measured and stopped before Warren starts. bench/brokers.sh starts and stops them:
-# RabbitMQ from Debian's rabbitmq-server package (installed when missing) as a private
-# node; Warren from WARREN_BROKER_BIN, else the release build in CARGO_TARGET_DIR or
-# target/, built when missing. A broker that cannot be started is reported as not measured.
+# --seconds (default 30). Otherwise LOAD_ARGS (PerfTest's flags) go to the tool
+# unchanged; they default to workload a and must contain -z/--time. Each broker runs alone:
+# RabbitMQ is started, measured and stopped before Warren starts. bench/brokers.sh starts
+# and stops them: RabbitMQ from Debian's rabbitmq-server package (installed when missing) as
+# a private node; Warren from WARREN_BROKER_BIN, else the release build in CARGO_TARGET_DIR
+# or target/, built when missing. A broker that cannot be started is reported as not
+# measured. `warren perf` is the Warren binary's `perf` subcommand.
 #
-# Per broker this prints PerfTest's sending and receiving averages and consumer latency
+# Per broker this prints the tool's sending and receiving averages and consumer latency
 # percentiles, the broker's CPU (utime + stime from /proc/<pid>/stat, before and after;
-# for RabbitMQ the beam.smp process) per message received, and PerfTest's own CPU share
-# (its CPU seconds over its wall seconds). Messages received are PerfTest's receiving
-# average times the -z duration. It also prints how many cores the rest of the machine kept
-# busy meanwhile. When PerfTest declares durable queues (--flag persistent) with names
-# given (-u, or --queue-pattern with its range), it checks after the run that each of them
-# is durable on the broker. For Warren it prints the medians of the message store's
-# figures that the broker logged at INFO during the run ("message store: F fsyncs/s, M
-# messages per fsync, W MiB/s written"). PerfTest's output and the brokers' logs are kept in
-# WARREN_BENCH_LOG_DIR (default /tmp/warren-bench-logs/<time>). Exits non-zero when a
+# for RabbitMQ the beam.smp process) per message received, and the tool's own CPU share
+# (its CPU seconds over its wall seconds). Messages received are the receiving average times
+# the -z duration. It also prints how many cores the rest of the machine kept busy
+# meanwhile. When the tool declares durable queues (--flag persistent) with names given
+# (-u, or --queue-pattern with its range), it checks after the run that each of them is
+# durable on the broker. For Warren it prints the medians of the message store's figures
+# that the broker logged at INFO during the run ("message store: F fsyncs/s, M messages per
+# fsync, W MiB/s written"). The tool's output (TOOL-BROKER.log) and the brokers' logs are
+# kept in WARREN_BENCH_LOG_DIR (default /tmp/warren-bench-logs/<time>). Exits non-zero when a
 # requested broker was not measured or a queue meant to be durable was not.
 set -euo pipefail
 
@@ -47,7 +48,7 @@ LOG_DIR="${WARREN_BENCH_LOG_DIR:-/tmp/warren-bench-logs/$(date +%Y%m%d-%H%M%S)}"
 readonly LOG_DIR
 
 work_dir=""
-tool=perftest # the load generator: RabbitMQ PerfTest (the reference) or `warren perf`
+tool=warren-perf # the load generator: `warren perf`, or RabbitMQ PerfTest (the reference)
 pin=""        # set: the broker runs on core 0 and the load tool on core 1
 declare -A results=()
 
@@ -81,19 +82,19 @@ main() {
   done
   local args=("$@")
   if [[ -n "$workload" ]]; then
-    [[ ${#args[@]} -eq 0 ]] || usage "--workload takes no PerfTest arguments (got: ${args[*]})"
+    [[ ${#args[@]} -eq 0 ]] || usage "--workload takes no load arguments (got: ${args[*]})"
     local workload_args
     workload_args="$(workload_args "$workload")" \
       || usage "no workload named '$workload' (a, b, w1, w1x10)"
     read -ra args <<<"$workload_args"
     args+=(-z "${seconds:-$DEFAULT_WORKLOAD_SECONDS}")
   elif [[ -n "$seconds" ]]; then
-    usage "--seconds goes with --workload; give PerfTest -z SECONDS instead"
+    usage "--seconds goes with --workload; give -z SECONDS instead"
   elif [[ ${#args[@]} -eq 0 ]]; then
     args=("${DEFAULT_ARGS[@]}")
   fi
   local duration_s
-  duration_s="$(duration_of "${args[@]}")" || usage "PerfTest arguments need -z SECONDS"
+  duration_s="$(duration_of "${args[@]}")" || usage "load arguments need -z SECONDS"
   trap cleanup EXIT
   trap 'exit 130' INT TERM
   work_dir="$(mktemp -d -t warren-bench.XXXXXX)"
@@ -113,15 +114,18 @@ main() {
     bench_warren "$jars" "$duration_s" "${args[@]}" || status=1
   fi
   print_ratios
-  echo "bench: PerfTest output and the brokers' logs kept in $LOG_DIR"
+  echo "bench: $tool's output and the brokers' logs kept in $LOG_DIR"
   return "$status"
 }
 
 usage() {
   [[ $# -eq 0 ]] || echo "bench: $1" >&2
   cat >&2 <<EOF
-usage: $0 [--pin] [--tool perftest|warren-perf] [--only rabbitmq|warren] --workload a|b|w1|w1x10 [--seconds N]
-       $0 [--tool perftest|warren-perf] [--only rabbitmq|warren] [PERFTEST_ARGS... including -z SECONDS]
+usage: $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren]
+          --workload a|b|w1|w1x10 [--seconds N]
+       $0 [--pin] [--tool warren-perf|perftest] [--only rabbitmq|warren]
+          [LOAD_ARGS... including -z SECONDS]
+LOAD_ARGS are PerfTest's flags; warren perf (the default tool) takes the same.
 Standard workloads (bench/README.md), $DEFAULT_WORKLOAD_SECONDS s unless --seconds:
   a      autoack, 1 producer 1 consumer, 12-byte bodies
   b      confirms 192, prefetch 200, multi-ack every 200
@@ -133,7 +137,7 @@ EOF
   exit 2
 }
 
-# workload_args NAME: the PerfTest arguments of a standard workload, without -z.
+# workload_args NAME: the load arguments (PerfTest's flags) of a standard workload, without -z.
 workload_args() {
   local confirms="--confirm 192 --qos 200 --multi-ack-every 200"
   local durable="--flag persistent --flag mandatory --auto-delete false"
@@ -159,8 +163,8 @@ duration_of() {
   return 1
 }
 
-# durable_queues_expected ARGS...: the queue names PerfTest declares durable, one a line:
-# none unless --flag persistent is given (PerfTest declares queues durable exactly then) and
+# durable_queues_expected ARGS...: the queue names the tool declares durable, one a line:
+# none unless --flag persistent is given (both tools declare queues durable exactly then) and
 # the names are known (-u NAME, or --queue-pattern with --queue-pattern-from/-to).
 durable_queues_expected() {
   local persistent=0 queue="" pattern="" from="" to=""
@@ -223,11 +227,12 @@ bench_warren() {
   return "$status"
 }
 
-# measure NAME BROKER_PID JARS DURATION_S URI ARGS...: one PerfTest run and its figures.
+# measure NAME BROKER_PID JARS DURATION_S URI ARGS...: one run of the load tool and its
+# figures.
 measure() {
   local name="$1" broker_pid="$2" jars="$3" duration_s="$4" uri="$5"
   shift 5
-  local log="$LOG_DIR/perftest-$name.log" times="$work_dir/perftest-$name.time"
+  local log="$LOG_DIR/$tool-$name.log" times="$work_dir/$tool-$name.time"
   local ticks_before ticks_after
   ticks_before="$(cpu_ticks "$broker_pid")" || return 1
   local machine_before machine_after
@@ -299,8 +304,8 @@ report() {
       per_msg_us = messages > 0 ? cpu * 1e6 / messages : 0
       printf "%.0f %.2f %.2f %.2f %.1f\n", messages, cpu, per_msg_us, u + s, 100 * (u + s) / w
     }')"
-  local messages broker_cpu_s per_msg_us perftest_cpu_s perftest_share
-  read -r messages broker_cpu_s per_msg_us perftest_cpu_s perftest_share <<<"$figures"
+  local messages broker_cpu_s per_msg_us tool_cpu_s tool_share
+  read -r messages broker_cpu_s per_msg_us tool_cpu_s tool_share <<<"$figures"
   results[$name.received]="$received"
   results[$name.per_msg_us]="$per_msg_us"
   local p=()
@@ -312,8 +317,8 @@ report() {
     "p95 ${p[3]:-?} p99 ${p[4]:-?} µs"
   echo "$name: broker CPU:         ${broker_cpu_s} s for ~$messages messages received" \
     "= ${per_msg_us} µs/msg (${per_msg_us} s per million)"
-  echo "$name: load tool CPU:      ${perftest_cpu_s} s over ${wall_s} s wall ($tool)" \
-    "= ${perftest_share}% of one core"
+  echo "$name: load tool CPU:      ${tool_cpu_s} s over ${wall_s} s wall ($tool)" \
+    "= ${tool_share}% of one core"
 }
 
 print_ratios() {
@@ -333,8 +338,8 @@ print_ratios() {
     }'
 }
 
-# check_durable NAME PERFTEST_ARGS...: after the run, with the broker still up, checks
-# that every queue PerfTest was asked to declare durable (durable_queues_expected) is
+# check_durable NAME LOAD_ARGS...: after the run, with the broker still up, checks
+# that every queue the tool was asked to declare durable (durable_queues_expected) is
 # durable there. RabbitMQ: rabbitmqctl list_queues name durable. Warren: the queue is in
 # its durable definitions, <data-dir>/definitions/vhost-2f.json for vhost "/" (Warren
 # writes only durable, non-exclusive queues there).

@@ -6,13 +6,15 @@
 #
 #   bench/lazy_queue.sh [--messages N] [--size BYTES] [--rest SECONDS]
 #                       [--phase-timeout SECONDS] [--only rabbitmq|warren] [--out-dir DIR]
+#                       [--tool warren-perf|perftest]
 #
-# Per broker, the phases are: idle (5 s after start), publish (PerfTest: 1 producer, no
-# consumer, --pmessages N, persistent, confirms with up to 500 outstanding), rest, consume
-# (PerfTest: 1 consumer, prefetch 1000, until the queue's messages are all received) and
-# drained (5 s). Both brokers get the same PerfTest arguments, queue arguments included.
-# Every PerfTest run is bounded by --phase-timeout; the brokers (bench/brokers.sh) and the
-# sampler are stopped on every exit.
+# Per broker, the phases are: idle (5 s after start), publish (1 producer, no consumer,
+# --pmessages N, persistent, confirms with up to 500 outstanding), rest, consume (1 consumer,
+# prefetch 1000, until the queue's messages are all received) and drained (5 s). The load tool
+# is `warren perf` (the default) or RabbitMQ PerfTest (--tool perftest, the reference); both
+# take the same flags, and both brokers get the same ones, queue arguments included. Every
+# load run is bounded by --phase-timeout; the brokers (bench/brokers.sh) and the sampler are
+# stopped on every exit.
 #
 # Writes into --out-dir (default bench/results), with STAMP the start time:
 #   lazy-queue-STAMP.csv        broker,second,phase,rss_mib,messages_ready (one row a second;
@@ -44,6 +46,7 @@ phase_timeout_s=""
 only=""
 out_dir="$REPO_ROOT/bench/results"
 queue_args="x-queue-mode=lazy"
+tool=warren-perf # the load tool: `warren perf`, or RabbitMQ PerfTest (the reference)
 work_dir=""
 sampler_pid=""
 jars=""
@@ -62,10 +65,14 @@ main() {
   stamp="$(date +%Y-%m-%d-%H%M%S)"
   csv="$out_dir/lazy-queue-$stamp.csv"
   summary="$out_dir/lazy-queue-$stamp.txt"
-  jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)"
+  if [[ "$tool" == perftest ]]; then
+    jars="$(bash "$REPO_ROOT/tests/interop/perftest.sh" --install-only)"
+  elif [[ ! -x "$(warren_binary)" ]]; then
+    (cd "$REPO_ROOT" && cargo build --release -p warren-server)
+  fi
   echo "broker,second,phase,rss_mib,messages_ready" >"$csv"
   say "lazy-queue: $messages messages of $size bytes, rest ${rest_s}s, queue $QUEUE" \
-    "with $queue_args, each PerfTest run limited to ${phase_timeout_s}s; $(date -Is)"
+    "with $queue_args, load tool $tool, each run limited to ${phase_timeout_s}s; $(date -Is)"
   local status=0
   if [[ "$only" != warren ]]; then
     run_broker rabbitmq || status=1
@@ -82,14 +89,15 @@ usage() {
   [[ $# -eq 0 ]] || echo "lazy-queue: $1" >&2
   cat >&2 <<EOF
 usage: $0 [--messages N] [--size BYTES] [--rest SECONDS] [--phase-timeout SECONDS]
-          [--only rabbitmq|warren] [--out-dir DIR] [--queue-args ARGS]
+          [--only rabbitmq|warren] [--out-dir DIR] [--queue-args ARGS] [--tool TOOL]
   --messages N         persistent messages to publish and then consume (default 3000000)
   --size BYTES         body size (default 1024)
   --rest SECONDS       pause between publishing and consuming (default 30)
-  --phase-timeout S    limit of each PerfTest run (default 120 + N/1000)
+  --phase-timeout S    limit of each load run (default 120 + N/1000)
   --only BROKER        run one broker only
   --out-dir DIR        where the CSV, charts and summary go (default bench/results)
-  --queue-args ARGS    PerfTest --queue-args for both brokers (default x-queue-mode=lazy)
+  --queue-args ARGS    --queue-args for both brokers (default x-queue-mode=lazy)
+  --tool TOOL          warren-perf (default) or perftest (RabbitMQ PerfTest, the reference)
 Quick run: $0 --messages 200000 --rest 10
 Environment: WARREN_BROKER_BIN, CARGO_TARGET_DIR, WARREN_PLOT_BIN, PERFTEST_JAVA_HEAP.
 EOF
@@ -115,6 +123,9 @@ parse_args() {
         out_dir="$value" ;;
       --queue-args) [[ -n "$value" ]] || usage "--queue-args needs key=value[,key=value]"
         queue_args="$value" ;;
+      --tool) [[ "$value" == warren-perf || "$value" == perftest ]] \
+          || usage "--tool needs warren-perf or perftest"
+        tool="$value" ;;
       -h|--help) usage ;;
       *) usage "unknown argument '$1'" ;;
     esac
@@ -170,7 +181,7 @@ phases() {
   local queue=(-u "$QUEUE" --flag persistent --auto-delete false --queue-args "$queue_args")
   sleep "$IDLE_S"
   echo publish >"$phase_file"
-  perftest "$name" publish "$uri" "${queue[@]}" -x 1 -y 0 --pmessages "$messages" \
+  load "$name" publish "$uri" "${queue[@]}" -x 1 -y 0 --pmessages "$messages" \
     --size "$size" --confirm "$CONFIRMS" || return 1
   local ready
   ready="$(python3 "$SAMPLER" count --port "$port" --queue "$QUEUE")" || return 1
@@ -182,7 +193,7 @@ phases() {
   echo rest >"$phase_file"
   sleep "$rest_s"
   echo consume >"$phase_file"
-  perftest "$name" consume "$uri" "${queue[@]}" -x 0 -y 1 --cmessages "$ready" \
+  load "$name" consume "$uri" "${queue[@]}" -x 0 -y 1 --cmessages "$ready" \
     --qos "$PREFETCH" || return 1
   ready="$(python3 "$SAMPLER" count --port "$port" --queue "$QUEUE")" || return 1
   say "$name: queue $QUEUE holds $ready ready messages after consuming"
@@ -190,24 +201,28 @@ phases() {
   sleep "$DRAINED_S"
 }
 
-# perftest NAME PHASE URI ARGS...: one PerfTest run, bounded by the phase timeout; prints
-# its duration and average rate.
-perftest() {
+# load NAME PHASE URI ARGS...: one run of the load tool, bounded by the phase timeout;
+# prints its duration and average rate. warren perf gets --max-seconds past the timeout, so
+# that the timeout, not its own limit (which ends a run as if it were done), stops it.
+load() {
   local name="$1" phase="$2" uri="$3"
   shift 3
-  local log="$work_dir/perftest-$name-$phase.log" start=$SECONDS status=0
-  timeout --kill-after=10 "$phase_timeout_s" java "$JAVA_HEAP" -cp "$jars/*" \
-    com.rabbitmq.perf.PerfTest --uri "$uri" "$@" >"$log" 2>&1 </dev/null || status=$?
+  local log="$work_dir/$tool-$name-$phase.log" start=$SECONDS status=0
+  local command=(java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest)
+  [[ "$tool" == perftest ]] \
+    || command=("$(warren_binary)" perf --max-seconds $((phase_timeout_s + 60)))
+  timeout --kill-after=10 "$phase_timeout_s" "${command[@]}" --uri "$uri" "$@" \
+    >"$log" 2>&1 </dev/null || status=$?
   local took=$((SECONDS - start)) rate
   rate="$(sed -n 's/.*\(sending\|receiving\) rate avg: \([1-9][0-9]*\) msg\/s.*/\2/p' "$log" \
     | tail -n 1)"
   if [[ $status -eq 124 || $status -eq 137 ]]; then
-    say "$name: $phase: PerfTest stopped after the ${phase_timeout_s}s phase timeout" \
+    say "$name: $phase: $tool stopped after the ${phase_timeout_s}s phase timeout" \
       "(raise --phase-timeout); its last lines:"
     tail -n 5 "$log" || true
     return 1
   elif [[ $status -ne 0 || -z "$rate" ]]; then
-    say "$name: $phase: PerfTest failed (status $status); its last lines:"
+    say "$name: $phase: $tool failed (status $status); its last lines:"
     tail -n 20 "$log" || true
     return 1
   fi

@@ -81,6 +81,10 @@ impl TestBroker {
             amqp_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             data_dir: data_dir.path().to_path_buf(),
+            // Every in-process broker of a test binary shares one process, whose RSS the memory
+            // alarm compares with the watermark: 0.4 of a small CI container's memory could
+            // block publishers in tests that are not about alarms.
+            vm_memory_high_watermark: 1.0,
             ..Default::default()
         };
         adjust(&mut config);
@@ -128,6 +132,17 @@ impl TestBroker {
         match &self.target {
             Target::External { .. } => None,
             Target::InProcess(broker) => Some(broker._data_dir.path()),
+        }
+    }
+
+    /// The in-process broker's core, for what an operator changes at runtime (alarm limits).
+    /// Panics for an external broker: callers skip first.
+    pub fn core(&self) -> &warren_core::Broker {
+        match &self.target {
+            Target::External { .. } => {
+                panic!("core() needs an in-process broker; skip the test when is_external()")
+            }
+            Target::InProcess(broker) => broker.running.broker(),
         }
     }
 

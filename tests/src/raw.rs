@@ -62,22 +62,32 @@ pub struct Handshake {
     pub heartbeat: Option<u16>,
     /// Virtual host for connection.open; `/` when `None`.
     pub vhost: Option<String>,
+    /// Capabilities announced in start-ok; [`CLIENT_CAPABILITIES`] when `None`.
+    pub capabilities: Option<Vec<&'static str>>,
 }
 
 /// The client capabilities a modern client (and lapin) advertises in start-ok.
+pub const CLIENT_CAPABILITIES: [&str; 7] = [
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "authentication_failure_close",
+    "per_consumer_qos",
+];
+
+/// Client properties with [`CLIENT_CAPABILITIES`].
 pub fn client_properties() -> Vec<u8> {
-    let capabilities: Vec<u8> = [
-        "publisher_confirms",
-        "exchange_exchange_bindings",
-        "basic.nack",
-        "consumer_cancel_notify",
-        "connection.blocked",
-        "authentication_failure_close",
-        "per_consumer_qos",
-    ]
-    .iter()
-    .flat_map(|name| wire::table_entry_bool(name, true))
-    .collect();
+    client_properties_with(&CLIENT_CAPABILITIES)
+}
+
+/// Client properties announcing the given capabilities.
+pub fn client_properties_with(capabilities: &[&str]) -> Vec<u8> {
+    let capabilities: Vec<u8> = capabilities
+        .iter()
+        .flat_map(|name| wire::table_entry_bool(name, true))
+        .collect();
     let mut entries = wire::table_entry_str("product", "warren-tests raw client");
     entries.extend(wire::table_entry_table("capabilities", &capabilities));
     entries
@@ -125,9 +135,12 @@ impl RawClient {
         let mut client = RawClient::connect(addr).await;
         client.send(wire::PROTOCOL_HEADER).await;
         let start = client.expect_start().await;
-        client
-            .start_ok("PLAIN", &plain_response("guest", "guest"))
-            .await;
+        let properties = match &options.capabilities {
+            Some(capabilities) => client_properties_with(capabilities),
+            None => client_properties(),
+        };
+        let response = plain_response("guest", "guest");
+        client.start_ok_with(&properties, "PLAIN", &response).await;
         let proposed = client.expect_tune().await;
         let tune = Tune {
             channel_max: options.channel_max.unwrap_or(proposed.channel_max),
@@ -161,8 +174,14 @@ impl RawClient {
     }
 
     pub async fn start_ok(&mut self, mechanism: &str, response: &[u8]) {
+        self.start_ok_with(&client_properties(), mechanism, response)
+            .await;
+    }
+
+    /// start-ok with the given client properties (table entries).
+    pub async fn start_ok_with(&mut self, properties: &[u8], mechanism: &str, response: &[u8]) {
         let args = Args::new()
-            .table(&client_properties())
+            .table(properties)
             .shortstr(mechanism)
             .longstr(response)
             .shortstr("en_US")

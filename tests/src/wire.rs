@@ -45,6 +45,8 @@ pub mod method {
     pub const CONNECTION_OPEN_OK: (u16, u16) = (10, 41);
     pub const CONNECTION_CLOSE: (u16, u16) = (10, 50);
     pub const CONNECTION_CLOSE_OK: (u16, u16) = (10, 51);
+    pub const CONNECTION_BLOCKED: (u16, u16) = (10, 60);
+    pub const CONNECTION_UNBLOCKED: (u16, u16) = (10, 61);
     pub const CONNECTION_UPDATE_SECRET: (u16, u16) = (10, 70);
     pub const CONNECTION_UPDATE_SECRET_OK: (u16, u16) = (10, 71);
     pub const CHANNEL_OPEN: (u16, u16) = (20, 10);

@@ -360,6 +360,40 @@ async fn alternate_exchange_receives_unroutable_messages() {
     assert_eq!(get_all(&channel, &unrouted).await, vec!["to the alternate"]);
 }
 
+/// As RabbitMQ (`rabbit_exchange:route`): the alternate exchange is used when the exchange's
+/// own bindings match nothing, not when the exchanges they lead to route nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alternate_exchange_is_skipped_when_a_binding_matched_an_exchange() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = broker.channel().await;
+    let (main, alternate, inner) = (unique("ex-main"), unique("ex-alt"), unique("ex-inner"));
+    let unrouted = unique("q-unrouted");
+    declare_ok(&channel, &alternate, ExchangeKind::Fanout).await;
+    declare_ok(&channel, &inner, ExchangeKind::Fanout).await;
+    let arguments = table(&[("alternate-exchange", text(&alternate))]);
+    let declare_main = channel.exchange_declare(
+        main.as_str().into(),
+        ExchangeKind::Direct,
+        Default::default(),
+        arguments,
+    );
+    bounded!(declare_main).expect("declare with alternate-exchange");
+    declare_queue(&channel, &unrouted).await;
+    bind_queue(&channel, &unrouted, &alternate, "").await;
+    let bind = channel.exchange_bind(
+        inner.as_str().into(),
+        main.as_str().into(),
+        "to-inner".into(),
+        ExchangeBindOptions::default(),
+        FieldTable::default(),
+    );
+    bounded!(bind).expect("bind inner to main");
+
+    publish(&channel, &main, "to-inner", b"matched, then dropped").await;
+    publish(&channel, &main, "unknown", b"to the alternate").await;
+    assert_eq!(get_all(&channel, &unrouted).await, vec!["to the alternate"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_delete_exchange_goes_away_after_its_last_binding() {
     let broker = TestBroker::start().await;

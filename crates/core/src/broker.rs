@@ -1,4 +1,5 @@
-//! The broker: virtual hosts and users. Protocol connections hold an `Arc<Broker>`.
+//! The broker: virtual hosts, users and resource alarms. Protocol connections hold an
+//! `Arc<Broker>`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,16 +10,20 @@ use parking_lot::RwLock;
 
 use warren_store::{Store, StoreConfig};
 
+use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
 use crate::queue::classic::Storage;
 use crate::vhost::VHost;
 
-/// How the broker keeps messages on disk.
+/// How the broker keeps messages on disk and how much it lets flow into a queue.
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
     /// Size at which the message store starts a new segment file.
     pub segment_bytes: u64,
     /// Bytes of ready messages each classic queue keeps in memory before paging out.
     pub queue_memory_budget: usize,
+    /// Messages publishers may have on their way into one queue before they wait
+    /// (RabbitMQ's `credit_flow_default_credit`).
+    pub queue_credit: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +39,7 @@ pub struct Broker {
     users: RwLock<HashMap<String, User>>,
     next_id: AtomicU64,
     store: Store,
+    alarms: Alarms,
     /// Client connections past their handshake (see `OpenConnection`).
     open_connections: AtomicUsize,
 }
@@ -75,7 +81,13 @@ impl Broker {
             store: store.clone(),
             memory_budget: storage.queue_memory_budget,
         };
-        let vhost = VHost::open(default_vhost, data_dir, Some(queue_storage), &mut recovered)?;
+        let vhost = VHost::open(
+            default_vhost,
+            data_dir,
+            Some(queue_storage),
+            storage.queue_credit,
+            &mut recovered,
+        )?;
         store.forget_unclaimed(recovered);
         let vhosts = HashMap::from([(default_vhost.to_string(), vhost)]);
         let users = users.into_iter().map(|u| (u.name.clone(), u)).collect();
@@ -84,6 +96,7 @@ impl Broker {
             users: RwLock::new(users),
             next_id: AtomicU64::new(1),
             store,
+            alarms: Alarms::default(),
             open_connections: AtomicUsize::new(0),
         }))
     }
@@ -144,5 +157,22 @@ impl Broker {
     /// A fresh id for connections and consumers.
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The memory and disk alarms: connections subscribe to them, the resource monitor
+    /// reports to them.
+    pub fn alarms(&self) -> &Alarms {
+        &self.alarms
+    }
+
+    /// Changes the memory high watermark until the next restart (what `rabbitmqctl
+    /// set_vm_memory_high_watermark` does); the monitor applies it at once.
+    pub fn set_memory_high_watermark(&self, watermark: MemoryWatermark) {
+        self.alarms.set_memory_high_watermark(watermark);
+    }
+
+    /// Changes the disk free limit until the next restart (`rabbitmqctl set_disk_free_limit`).
+    pub fn set_disk_free_limit(&self, limit: DiskFreeLimit) {
+        self.alarms.set_disk_free_limit(limit);
     }
 }

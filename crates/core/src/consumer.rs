@@ -71,6 +71,11 @@ pub enum Event {
         ticket: u64,
         ok: bool,
     },
+    /// A queue refused these publishes (its length limit with `x-overflow=reject-publish`):
+    /// the publisher nacks them. Sent before the ticket they belong to comes back.
+    PublishRejected {
+        tags: Vec<u64>,
+    },
 }
 
 /// Tracks one batch of publishes on their way into queues: each queue holds a clone until the
@@ -105,6 +110,12 @@ impl ConfirmTicket {
             failed: Default::default(),
             reply: Mutex::new(reply),
         }))
+    }
+
+    /// Some of the ticket's messages were refused: the publisher nacks those (`tags` are
+    /// the publisher's), and acks the rest once the ticket comes back.
+    pub fn reject(&self, tags: Vec<u64>) {
+        self.0.outbox.push(Event::PublishRejected { tags });
     }
 
     /// The messages could not be made safe: the publisher gets a nack.

@@ -16,6 +16,16 @@ pub enum ExchangeType {
     Fanout,
     Topic,
     Headers,
+    /// The consistent-hash exchange of RabbitMQ's `rabbitmq_consistent_hash_exchange` plugin:
+    /// binding keys are weights, each message goes to one destination picked by its hash.
+    #[serde(rename = "x-consistent-hash")]
+    ConsistentHash,
+    /// Hash of the routing key modulo the number of bindings (RabbitMQ 4.x).
+    #[serde(rename = "x-modulus-hash")]
+    ModulusHash,
+    /// One bound queue picked at random per message (RabbitMQ 4.0).
+    #[serde(rename = "x-local-random")]
+    LocalRandom,
 }
 
 impl ExchangeType {
@@ -25,6 +35,9 @@ impl ExchangeType {
             ExchangeType::Fanout => "fanout",
             ExchangeType::Topic => "topic",
             ExchangeType::Headers => "headers",
+            ExchangeType::ConsistentHash => "x-consistent-hash",
+            ExchangeType::ModulusHash => "x-modulus-hash",
+            ExchangeType::LocalRandom => "x-local-random",
         }
     }
 }
@@ -44,10 +57,13 @@ impl FromStr for ExchangeType {
             "fanout" => Ok(ExchangeType::Fanout),
             "topic" => Ok(ExchangeType::Topic),
             "headers" => Ok(ExchangeType::Headers),
+            "x-consistent-hash" => Ok(ExchangeType::ConsistentHash),
+            "x-modulus-hash" => Ok(ExchangeType::ModulusHash),
+            "x-local-random" => Ok(ExchangeType::LocalRandom),
             // RabbitMQ closes the connection with 503 for an unknown exchange type.
             other => Err(BrokerError::new(
                 ErrorKind::CommandInvalid,
-                format!("invalid exchange type '{other}'"),
+                format!("unknown exchange type '{other}'"),
             )),
         }
     }

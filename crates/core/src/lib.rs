@@ -1,9 +1,11 @@
 //! Warren's protocol-agnostic broker: vhosts, exchanges, bindings, routing and queues.
 //! Protocol connections translate frames into calls on this crate; it never sees a frame.
 
+pub mod alarm;
 pub mod binding;
 pub mod broker;
 pub mod consumer;
+pub mod dead_letter;
 pub mod definitions;
 pub mod error;
 pub mod exchange;

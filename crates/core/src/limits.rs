@@ -15,6 +15,9 @@ pub const CONSUMER_FLOW_BYTES_MAX: u32 = 4 * 1024 * 1024;
 pub const CONSUMER_FLOW_CREDIT_MIN: u32 = 16;
 /// Commands one queue handles before it dispatches and yields.
 pub const QUEUE_BATCH_MAX: usize = 64;
+/// Published messages one queue takes in a turn before it dispatches (a command that
+/// brings more is still taken whole): keeps turns short under a flood of publishes.
+pub const QUEUE_TURN_PUBLISHES_MAX: usize = 512;
 /// Deliveries dispatched to one consumer in a single pass before moving to the next.
 pub const DISPATCH_BATCH_MAX: u32 = 256;
 /// Length of queue and exchange names (AMQP short strings).
@@ -27,3 +30,6 @@ pub const QUEUE_FLOW_BACKLOG_MAX: usize = 8_192;
 /// How long a queue in flow waits for a delivery before deciding its consumers have stalled
 /// and taking publishes again.
 pub const QUEUE_FLOW_STALL_MS: u64 = 5_000;
+/// Dead letters one queue holds while their target queues' mailboxes are full; beyond it new
+/// dead letters are dropped (see `queue::forward`).
+pub const DEAD_LETTER_PENDING_MAX: usize = 65_536;

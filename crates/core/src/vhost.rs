@@ -18,7 +18,7 @@ use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
 use crate::queue::classic::{self, Storage};
-use crate::queue::{QueueCmd, QueueDef, QueueHandle};
+use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
 use crate::value::{Table, Value};
@@ -69,6 +69,8 @@ pub struct VHost {
     snapshot: ArcSwap<RoutingSnapshot>,
     definitions_path: PathBuf,
     storage: Option<Storage>,
+    /// Credit of each queue's publishers (`StorageConfig::queue_credit`).
+    queue_credit: u32,
     this: Weak<VHost>,
 }
 
@@ -80,6 +82,7 @@ impl VHost {
         name: &str,
         data_dir: &std::path::Path,
         storage: Option<Storage>,
+        queue_credit: u32,
         recovered: &mut warren_store::Recovered,
     ) -> std::io::Result<Arc<VHost>> {
         let vhost = Arc::new_cyclic(|this| VHost {
@@ -88,6 +91,7 @@ impl VHost {
             snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
             definitions_path: definitions::path_for(data_dir, name),
             storage,
+            queue_credit,
             this: this.clone(),
         });
         {
@@ -132,7 +136,15 @@ impl VHost {
                 arguments: record.arguments,
             };
             let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
-            let handle = self.spawn_queue(def, messages);
+            let args = QueueArgs::from_def(&def).unwrap_or_else(|error| {
+                tracing::warn!(
+                    "{}: {}; its arguments are ignored",
+                    def.resource(),
+                    error.text
+                );
+                QueueArgs::default()
+            });
+            let handle = self.spawn_queue(def, args, messages);
             meta.queues.insert(record.name, handle);
         }
         meta.bindings = saved.bindings;
@@ -168,6 +180,7 @@ impl VHost {
     fn spawn_queue(
         &self,
         def: QueueDef,
+        args: QueueArgs,
         recovered: Option<warren_store::RecoveredQueue>,
     ) -> QueueHandle {
         let vhost = self.this.clone();
@@ -177,7 +190,15 @@ impl VHost {
                 vhost.forget_queue(&name);
             }
         });
-        classic::spawn(def, on_auto_delete, self.storage.clone(), recovered)
+        let setup = classic::Setup {
+            args,
+            on_auto_delete,
+            storage: self.storage.clone(),
+            recovered,
+            vhost: self.this.clone(),
+            credit: self.queue_credit,
+        };
+        classic::spawn(def, setup)
     }
 
     /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are

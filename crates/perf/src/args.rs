@@ -157,7 +157,7 @@ pub const FLAGS: &[Flag] = &[
         "b",
         "heartbeat",
         "SECONDS",
-        "heartbeat to negotiate [0: none]",
+        "heartbeat to ask for [0: the broker's, as PerfTest]",
     ),
     flag(
         "i",
@@ -215,6 +215,12 @@ pub const FLAGS: &[Flag] = &[
         "worker threads of this tool [the number of cores]",
     ),
     flag("", "max-seconds", "SECONDS", "hard limit on any run [3600]"),
+    flag(
+        "",
+        "verify-order",
+        "",
+        "fail on a message out of its producer's order (warren perf)",
+    ),
 ];
 
 /// The flags given, in order, with their values (a switch has none).

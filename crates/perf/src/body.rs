@@ -4,12 +4,13 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0..4 | `u32` sequence number of the message within its producer channel (wrapping) |
+//! | 0..4 | `u32` sequence number within its producer channel, 0 for the first (wrapping) |
 //! | 4..12 | `u64` send time, `clock::now_ns()` of the sending process |
 //! | 12..16 | `u32` producer id (only when the body has at least 16 bytes) |
 //!
-//! The rest of the body is zeros. A body is never shorter than `STAMP_BYTES` (PerfTest also sends
-//! at least 12 bytes whatever `-s` says).
+//! PerfTest numbers its bodies the same way (from 0, per producer); `--verify-order` checks the
+//! numbers per producer id (`order`). The rest of the body is zeros. A body is never shorter
+//! than `STAMP_BYTES` (PerfTest also sends at least 12 bytes whatever `-s` says).
 
 /// The bytes every body starts with: sequence and send time.
 pub const STAMP_BYTES: usize = 12;

@@ -1,6 +1,7 @@
 //! The consumer task, the same for every protocol: takes deliveries in batches from the link,
-//! measures each one's latency from the stamp in its body, and settles them as asked (one ack
-//! per message, or one `multiple` ack every `--multi-ack-every`; none with `-a`).
+//! measures each one's latency from the stamp in its body, checks its order with
+//! `--verify-order`, and settles them as asked (one ack per message, or one `multiple` ack every
+//! `--multi-ack-every`; none with `-a`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,8 +14,9 @@ use crate::clock;
 use crate::control::Control;
 use crate::driver::{ConsumerLink, Delivery};
 use crate::error::PerfError;
+use crate::order::OrderCheck;
 use crate::rate::RateLimiter;
-use crate::stats::AgentStats;
+use crate::stats::{AgentStats, LATENCY_MAX_US};
 
 /// Most deliveries taken from the link at once.
 pub const RECEIVE_BATCH_MAX: usize = 4096;
@@ -32,6 +34,19 @@ pub struct ConsumerPlan {
     pub autoack: bool,
     /// Ack with multiple=true every N deliveries (`--multi-ack-every`); 0 or 1 acks each.
     pub multi_ack_every: u32,
+    /// Check every producer's messages arrive in order on each channel (`--verify-order`).
+    pub verify_order: bool,
+}
+
+/// What one `receive` collects: latencies (µs), the tags to settle, and the order checks.
+struct Batch {
+    latencies: Vec<u64>,
+    tags: Vec<(usize, u64)>,
+    autoack: bool,
+    /// One per channel with `--verify-order`, else empty.
+    orders: Vec<OrderCheck>,
+    /// The first order failure, which ends the run.
+    out_of_order: Option<String>,
 }
 
 /// A channel's deliveries not yet acked (multi-ack mode).
@@ -54,8 +69,16 @@ pub async fn run<C: ConsumerLink>(
         .rate
         .map(|r| RateLimiter::new(r * plan.channels as f64, Instant::now()));
     let mut unacked = vec![Unacked::default(); plan.channels];
-    let mut latencies = Vec::with_capacity(RECEIVE_BATCH_MAX);
-    let mut tags: Vec<(usize, u64)> = Vec::with_capacity(RECEIVE_BATCH_MAX);
+    let mut batch = Batch {
+        latencies: Vec::with_capacity(RECEIVE_BATCH_MAX),
+        tags: Vec::with_capacity(RECEIVE_BATCH_MAX),
+        autoack: plan.autoack,
+        orders: Vec::new(),
+        out_of_order: None,
+    };
+    if plan.verify_order {
+        batch.orders.resize_with(plan.channels, OrderCheck::default);
+    }
     let mut received = 0u64;
     while !control.stopped() && (limit == 0 || received < limit) {
         let now = Instant::now();
@@ -71,15 +94,10 @@ pub async fn run<C: ConsumerLink>(
                 continue;
             }
         }
-        let got = receive(
-            &mut link,
-            max as usize,
-            now + WAIT_MAX,
-            &mut latencies,
-            &mut tags,
-            plan.autoack,
-        )
-        .await?;
+        let got = receive(&mut link, max as usize, now + WAIT_MAX, &mut batch).await?;
+        if let Some(text) = batch.out_of_order.take() {
+            return Err(PerfError::OutOfOrder(text));
+        }
         if got == 0 {
             // quiet: ack what multi-ack holds back, so a prefetch below N cannot stall
             flush_unacked(&mut link, &mut unacked);
@@ -88,12 +106,12 @@ pub async fn run<C: ConsumerLink>(
         }
         received += got;
         stats.received.fetch_add(got, Ordering::Relaxed);
-        stats.record_consumer_latencies(&latencies);
-        latencies.clear();
+        stats.record_consumer_latencies(&batch.latencies);
+        batch.latencies.clear();
         if let Some(limiter) = &mut limiter {
             limiter.take(got);
         }
-        settle(&mut link, &plan, &mut tags, &mut unacked);
+        settle(&mut link, &plan, &mut batch.tags, &mut unacked);
         // deliveries already buffered are handed over without waiting: let other tasks run
         tokio::task::yield_now().await;
     }
@@ -103,26 +121,35 @@ pub async fn run<C: ConsumerLink>(
     Ok(())
 }
 
-/// One batch from the link: latencies (µs) and, unless autoack, the tags to settle.
+/// One batch from the link into `batch`: latencies (µs), unless autoack the tags to settle, and
+/// with `--verify-order` the first message out of order.
 async fn receive<C: ConsumerLink>(
     link: &mut C,
     max: usize,
     deadline: Instant,
-    latencies: &mut Vec<u64>,
-    tags: &mut Vec<(usize, u64)>,
-    autoack: bool,
+    batch: &mut Batch,
 ) -> Result<u64, PerfError> {
     // one clock reading per batch: every delivery in it arrived in the same read
     let mut now_ns = None;
     let mut sink = |delivery: Delivery<'_>| {
         let now = *now_ns.get_or_insert_with(clock::now_ns);
-        // a message from before this process started (a predeclared queue's backlog) has a
-        // stamp from another clock: count it, but measure nothing
-        if let Some(stamp) = Stamp::read(delivery.head).filter(|s| s.sent_ns <= now) {
-            latencies.push((now - stamp.sent_ns) / 1000);
+        let stamp = Stamp::read(delivery.head);
+        // a stamp ahead of this clock or older than the histograms' hour (another machine's
+        // clock, a PerfTest body whose stamp is no wall time) is counted but measures nothing
+        let age_ns = stamp.and_then(|s| now.checked_sub(s.sent_ns));
+        if let Some(age_ns) = age_ns.filter(|&ns| ns / 1000 <= LATENCY_MAX_US) {
+            batch.latencies.push(age_ns / 1000);
         }
-        if !autoack {
-            tags.push((delivery.channel, delivery.tag));
+        if !batch.autoack {
+            batch.tags.push((delivery.channel, delivery.tag));
+        }
+        if let Some(order) = batch.orders.get_mut(delivery.channel) {
+            if let (Err(text), None) = (order.check(stamp), &batch.out_of_order) {
+                let channel = delivery.channel + 1;
+                batch.out_of_order = Some(format!(
+                    "--verify-order, consumer channel {channel}: {text}"
+                ));
+            }
         }
     };
     let got = link.receive(max, deadline, &mut sink).await?;

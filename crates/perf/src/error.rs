@@ -22,6 +22,10 @@ pub enum PerfError {
     /// Reading or writing a file (`--json`, `--chart`) or the socket failed.
     #[error("{0}")]
     Io(String),
+    /// With `--verify-order`, a message arrived out of its producer's order (or twice, or after
+    /// a gap).
+    #[error("{0}")]
+    OutOfOrder(String),
 }
 
 impl PerfError {

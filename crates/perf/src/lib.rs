@@ -21,6 +21,7 @@ pub mod driver;
 pub mod error;
 pub mod open_files;
 pub mod options;
+pub mod order;
 pub mod producer;
 pub mod rate;
 pub mod report;

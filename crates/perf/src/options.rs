@@ -80,6 +80,9 @@ pub struct RunOptions {
     pub consumer_rate: Option<f64>,
     pub queue_args: Vec<(String, ArgValue)>,
     pub consumer_args: Vec<(String, ArgValue)>,
+    /// Each consumer channel checks that every producer's messages arrive in order, from its
+    /// first (`--verify-order`).
+    pub verify_order: bool,
     pub predeclared: bool,
     pub auto_delete: bool,
     pub heartbeat: u16,
@@ -138,6 +141,7 @@ impl RunOptions {
             consumer_rate: rate(given, "consumer-rate")?,
             queue_args: key_values(given, "queue-args")?,
             consumer_args: key_values(given, "consumer-args")?,
+            verify_order: given.switch("verify-order"),
             predeclared: given.switch("predeclared"),
             auto_delete: boolean(given, "auto-delete", true)?,
             heartbeat: number(given, "heartbeat", endpoint.heartbeat.unwrap_or(0))?,
@@ -190,6 +194,11 @@ impl RunOptions {
                 self.multi_ack_every, self.qos
             ));
         }
+        if self.verify_order && self.consumers == 0 {
+            warnings.push(
+                "--verify-order checks what consumers receive: with -y 0 it does nothing".into(),
+            );
+        }
         warnings
     }
 
@@ -219,6 +228,37 @@ impl RunOptions {
         }
         if self.max_time.is_zero() {
             return fail("--max-seconds must be at least 1");
+        }
+        self.check_verify_order()
+    }
+
+    /// `--verify-order` needs each queue read by one consumer channel (two would each see a
+    /// part of every producer's sequence) and, with two or more producer channels, bodies of 16
+    /// bytes or more, which carry the producer id.
+    fn check_verify_order(&self) -> Result<(), PerfError> {
+        if !self.verify_order {
+            return Ok(());
+        }
+        let named_queues = match (&self.queue, &self.queue_pattern) {
+            (Some(_), _) => Some(1),
+            (None, Some(pattern)) => Some(u64::from(pattern.to - pattern.from) + 1),
+            (None, None) => None,
+        };
+        let consumer_channels = u64::from(self.consumers) * u64::from(self.consumer_channels);
+        if named_queues.is_some_and(|queues| consumer_channels > queues) {
+            return Err(PerfError::usage(format!(
+                "--verify-order needs one consumer channel per queue: {consumer_channels} \
+                 consumer channels share {} named queue(s), so each would see only part of \
+                 every producer's sequence",
+                named_queues.unwrap_or(0)
+            )));
+        }
+        if self.producer_agents() > 1 && self.size < crate::body::STAMP_WITH_PRODUCER_BYTES {
+            return Err(PerfError::usage(format!(
+                "--verify-order with {} producer channels needs -s 16 or more: smaller bodies \
+                 carry no producer id, so the producers' sequences cannot be told apart",
+                self.producer_agents()
+            )));
         }
         Ok(())
     }

@@ -149,12 +149,13 @@ fn publish_round<P: PublisherLink>(
         let allowed = channel.allowance(plan, now);
         let mut count = 0;
         while count < allowed && link.buffered_bytes() < FLUSH_BYTES {
-            channel.sequence = channel.sequence.wrapping_add(1);
+            // 0 for the channel's first message, as PerfTest numbers its bodies
             let stamp = Stamp {
                 sequence: channel.sequence,
                 sent_ns,
                 producer: channel.id,
             };
+            channel.sequence = channel.sequence.wrapping_add(1);
             link.publish(index, &stamp);
             if let Some(confirms) = &mut channel.confirms {
                 confirms.push(sent_ns);

@@ -250,6 +250,7 @@ fn consumer_plan(options: &RunOptions) -> ConsumerPlan {
         rate: options.consumer_rate,
         autoack: options.autoack,
         multi_ack_every: options.multi_ack_every,
+        verify_order: options.verify_order,
     }
 }
 

@@ -169,3 +169,23 @@ fn mistakes_are_refused_with_the_flag_name() {
     assert!(refused(&["-e", ""]).contains("-e ''"));
     assert!(warren_perf::parse(vec!["--help".into()]).unwrap().is_none());
 }
+
+#[test]
+fn verify_order_needs_one_consumer_per_queue_and_a_producer_id() {
+    let o = parse("-x 2 -y 1 -u q -s 16 --verify-order");
+    assert!(o.verify_order);
+    assert!(!parse("-x 1 -y 1").verify_order);
+    let text = refused(&["-y", "2", "-u", "q", "--verify-order"]);
+    assert!(
+        text.contains("--verify-order needs one consumer channel per queue"),
+        "{text}"
+    );
+    let text = refused(&["-x", "2", "-u", "q", "--verify-order"]);
+    assert!(text.contains("needs -s 16 or more"), "{text}");
+    // server-named queues: each consumer channel has its own, which gets every message
+    assert!(parse("-x 1 -y 3 --verify-order").verify_order);
+    let warnings = parse("-x 1 -y 0 -u q --verify-order").warnings();
+    assert!(warnings
+        .iter()
+        .any(|w| w.contains("with -y 0 it does nothing")));
+}

@@ -263,3 +263,36 @@ async fn a_run_draws_its_chart() {
     assert_eq!(&std::fs::read(&side).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
     broker.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_order_passes_in_order_and_names_the_first_gap() {
+    let broker = Broker::start().await;
+    let uri = broker.uri();
+    // two producers into one queue: each one's sequence arrives in order
+    let args = format!(
+        "-h {uri} -x 2 -y 1 -u perf-order -s 16 -C 300 -D 600 -c 20 -q 50 --verify-order -z 30"
+    );
+    let (report, lines) = perf(&args).await;
+    assert_eq!(report.summary.totals.received, 600, "{lines:#?}");
+    // a backlog published by one run, consumed in two: the second starts at sequence 5
+    let queue = "-u perf-order-backlog --flag persistent --auto-delete false";
+    let (report, _) = perf(&format!("-h {uri} {queue} -x 1 -y 0 -C 10 -c 10 -z 30")).await;
+    assert_eq!(report.summary.totals.confirmed, 10);
+    let consume = format!("-h {uri} {queue} -x 0 -y 1 -D 5 --verify-order -z 30");
+    let (report, _) = perf(&consume).await;
+    assert_eq!(report.summary.totals.received, 5);
+    let args: Vec<String> = consume.split_whitespace().map(str::to_owned).collect();
+    let options = warren_perf::parse(args).unwrap().unwrap();
+    let mut out = Vec::new();
+    let run = warren_perf::run(&options, &mut out);
+    let error = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "--verify-order, consumer channel 1: first out-of-order message: delivery #1 from \
+         producer 0 carries sequence 5, expected 0 (5 messages missing before it)"
+    );
+    broker.running.shutdown().await;
+}

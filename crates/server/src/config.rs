@@ -1,13 +1,17 @@
 //! Broker settings: embedded defaults, overridden by a TOML file, then by command-line flags.
 //!
 //! Key names follow RabbitMQ's where one exists (`frame_max`, `heartbeat`, `channel_max`,
-//! `default_user`, `loopback_users`), so operators recognise them. Every key is documented in
+//! `default_user`, `loopback_users`, `vm_memory_high_watermark`, `disk_free_limit`), so
+//! operators recognise them. Every key is documented in
 //! README.md; an unknown or malformed key stops startup with the key and the line named.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use warren_core::alarm::{self, parse_information_unit};
+pub use warren_core::alarm::{DiskFreeLimit, MemoryWatermark};
 
 /// Everything the broker needs to start. `Default` is the embedded configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,11 +40,27 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     /// Log filter, as `RUST_LOG` (`info`, `warren=debug`, ...).
     pub log_level: String,
-    /// Bytes of ready message bodies each classic queue keeps in memory; beyond it messages
+    /// Memory each classic queue's ready messages may take (their bytes plus per-message
+    /// bookkeeping, `Message::resident_bytes`); beyond it messages
     /// are paged out to the message store and read back when delivered.
     pub queue_memory_budget: u64,
     /// Size at which the message store starts a new segment file (bytes).
     pub store_segment_size: u64,
+    /// Messages the publishing connections may have on their way into one queue; when a
+    /// queue falls behind, its publishers stop reading their sockets until it catches up
+    /// (RabbitMQ's `credit_flow_default_credit`, counted per queue rather than per pair).
+    pub credit_flow_default_credit: u32,
+    /// Memory high watermark as a fraction of the memory available (RAM, or the cgroup limit if
+    /// lower): above it, publishers are blocked (RabbitMQ's `vm_memory_high_watermark.relative`).
+    #[serde(deserialize_with = "fraction")]
+    pub vm_memory_high_watermark: f64,
+    /// Memory high watermark in bytes (`vm_memory_high_watermark.absolute`); when set it
+    /// replaces the relative one.
+    #[serde(deserialize_with = "some_bytes")]
+    pub vm_memory_high_watermark_absolute: Option<u64>,
+    /// Free space on the data directory's file system below which publishers are blocked.
+    #[serde(deserialize_with = "disk_free_limit")]
+    pub disk_free_limit: DiskFreeLimit,
 }
 
 impl Default for Config {
@@ -60,6 +80,10 @@ impl Default for Config {
             log_level: "info".into(),
             queue_memory_budget: 64 * 1024 * 1024,
             store_segment_size: 64 * 1024 * 1024,
+            credit_flow_default_credit: 2_000,
+            vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
+            vm_memory_high_watermark_absolute: None,
+            disk_free_limit: DiskFreeLimit::default(),
         }
     }
 }
@@ -77,6 +101,14 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The memory high watermark these settings give: the absolute one when set.
+    pub fn memory_high_watermark(&self) -> MemoryWatermark {
+        match self.vm_memory_high_watermark_absolute {
+            Some(bytes) => MemoryWatermark::Absolute(bytes),
+            None => MemoryWatermark::Relative(self.vm_memory_high_watermark),
+        }
+    }
+
     /// Reads a TOML config file over the embedded defaults.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -107,6 +139,128 @@ impl Config {
             return Err("channel_max must be at least 1".into());
         }
         Ok(())
+    }
+}
+
+/// A number from 0 to 1 (an integer 0 or 1 too).
+fn fraction<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    deserializer.deserialize_any(FractionVisitor)
+}
+
+struct FractionVisitor;
+
+impl Visitor<'_> for FractionVisitor {
+    type Value = f64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a fraction from 0.0 to 1.0")
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<f64, E> {
+        if (0.0..=1.0).contains(&value) {
+            Ok(value)
+        } else {
+            Err(E::custom(format!(
+                "{value} is not a fraction from 0.0 to 1.0"
+            )))
+        }
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<f64, E> {
+        match value {
+            0 => Ok(0.0),
+            1 => Ok(1.0),
+            _ => Err(E::custom(format!(
+                "{value} is not a fraction from 0.0 to 1.0"
+            ))),
+        }
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<f64, E> {
+        self.visit_i64(i64::try_from(value).unwrap_or(i64::MAX))
+    }
+}
+
+/// Bytes, as an integer or a string with a unit (`"50MB"`, `"2GiB"`), as RabbitMQ accepts.
+struct BytesVisitor;
+
+impl Visitor<'_> for BytesVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("bytes, as an integer or a string with a unit such as \"50MB\" or \"2GiB\"")
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<u64, E> {
+        Ok(value)
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<u64, E> {
+        u64::try_from(value).map_err(|_| E::custom(format!("{value} is below 0 bytes")))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<u64, E> {
+        parse_information_unit(value).map_err(E::custom)
+    }
+}
+
+fn some_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    deserializer.deserialize_any(BytesVisitor).map(Some)
+}
+
+/// `disk_free_limit = "50MB"`, `= 50000000`, or `= { mem_relative = 1.0 }`.
+fn disk_free_limit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DiskFreeLimit, D::Error> {
+    deserializer.deserialize_any(DiskFreeLimitVisitor)
+}
+
+struct DiskFreeLimitVisitor;
+
+impl<'de> Visitor<'de> for DiskFreeLimitVisitor {
+    type Value = DiskFreeLimit;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("bytes (an integer or a string such as \"50MB\") or { mem_relative = N }")
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<DiskFreeLimit, E> {
+        BytesVisitor.visit_u64(value).map(DiskFreeLimit::Absolute)
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<DiskFreeLimit, E> {
+        BytesVisitor.visit_i64(value).map(DiskFreeLimit::Absolute)
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<DiskFreeLimit, E> {
+        BytesVisitor.visit_str(value).map(DiskFreeLimit::Absolute)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DiskFreeLimit, A::Error> {
+        let mut factor = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "mem_relative" || factor.is_some() {
+                return Err(de::Error::custom(format!(
+                    "unexpected '{key}': the table form is {{ mem_relative = N }}"
+                )));
+            }
+            let value = match map.next_value::<toml::Value>()? {
+                toml::Value::Float(value) => value,
+                toml::Value::Integer(value) => value as f64,
+                other => {
+                    return Err(de::Error::custom(format!(
+                        "mem_relative = {other} must be a number"
+                    )))
+                }
+            };
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(de::Error::custom(format!(
+                    "mem_relative = {value} must be a number of 0 or more"
+                )));
+            }
+            factor = Some(value);
+        }
+        factor
+            .map(DiskFreeLimit::MemRelative)
+            .ok_or_else(|| de::Error::custom("the table form is { mem_relative = N }"))
     }
 }
 
@@ -158,6 +312,80 @@ mod tests {
             error.contains("amqp_port") || error.contains("integer"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn alarm_limits_default_to_rabbitmqs() {
+        let config = Config::from_toml("").unwrap();
+        assert_eq!(
+            config.memory_high_watermark(),
+            MemoryWatermark::Relative(0.4)
+        );
+        assert_eq!(config.disk_free_limit, DiskFreeLimit::Absolute(50_000_000));
+    }
+
+    #[test]
+    fn alarm_limits_take_numbers_and_units() {
+        let config =
+            Config::from_toml("vm_memory_high_watermark = 0.6\ndisk_free_limit = \"1GB\"\n")
+                .unwrap();
+        assert_eq!(
+            config.memory_high_watermark(),
+            MemoryWatermark::Relative(0.6)
+        );
+        assert_eq!(
+            config.disk_free_limit,
+            DiskFreeLimit::Absolute(1_000_000_000)
+        );
+        let config = Config::from_toml(
+            "vm_memory_high_watermark_absolute = \"2GiB\"\ndisk_free_limit = 1000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.memory_high_watermark(),
+            MemoryWatermark::Absolute(2 << 30)
+        );
+        assert_eq!(config.disk_free_limit, DiskFreeLimit::Absolute(1000));
+        let config = Config::from_toml(
+            "vm_memory_high_watermark = 0\ndisk_free_limit = { mem_relative = 1.5 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.memory_high_watermark(),
+            MemoryWatermark::Relative(0.0)
+        );
+        assert_eq!(config.disk_free_limit, DiskFreeLimit::MemRelative(1.5));
+    }
+
+    #[test]
+    fn bad_alarm_limits_name_key_and_line() {
+        for (text, key) in [
+            (
+                "heartbeat = 5\nvm_memory_high_watermark = 1.5\n",
+                "vm_memory_high_watermark",
+            ),
+            (
+                "heartbeat = 5\nvm_memory_high_watermark = \"40%\"\n",
+                "vm_memory_high_watermark",
+            ),
+            (
+                "heartbeat = 5\nvm_memory_high_watermark_absolute = \"2XB\"\n",
+                "vm_memory_high_watermark_absolute",
+            ),
+            ("heartbeat = 5\ndisk_free_limit = -1\n", "disk_free_limit"),
+            (
+                "heartbeat = 5\ndisk_free_limit = \"lots\"\n",
+                "disk_free_limit",
+            ),
+            (
+                "heartbeat = 5\ndisk_free_limit = { relative = 2 }\n",
+                "disk_free_limit",
+            ),
+        ] {
+            let error = Config::from_toml(text).unwrap_err();
+            assert!(error.contains("line 2"), "{text:?}: {error}");
+            assert!(error.contains(&format!("key '{key}'")), "{text:?}: {error}");
+        }
     }
 
     #[test]

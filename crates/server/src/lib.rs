@@ -2,6 +2,7 @@
 
 pub mod amqp091;
 pub mod config;
+pub mod resource_monitor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use warren_core::broker::StorageConfig;
 use warren_core::{Broker, User};
 
 pub use config::Config;
+use resource_monitor::ResourceMonitor;
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -25,9 +27,16 @@ pub struct RunningBroker {
     amqp_addr: SocketAddr,
     shutdown_tx: watch::Sender<bool>,
     acceptor: tokio::task::JoinHandle<()>,
+    monitor: tokio::task::JoinHandle<()>,
 }
 
 impl RunningBroker {
+    /// The broker itself, for what an operator does at runtime (tests use it to move the
+    /// alarm limits).
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
     /// The address the AMQP 0.9.1 listener is bound to (the real port when 0 was asked).
     pub fn amqp_addr(&self) -> SocketAddr {
         self.amqp_addr
@@ -43,6 +52,7 @@ impl RunningBroker {
     pub async fn shutdown(self) {
         let _ = self.shutdown_tx.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, self.acceptor).await;
+        let _ = self.monitor.await;
         self.broker.close().await;
     }
 }
@@ -57,9 +67,14 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
+        queue_credit: config.credit_flow_default_credit,
     };
     let broker = Broker::open(&config.data_dir, &config.default_vhost, users, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    broker.set_memory_high_watermark(config.memory_high_watermark());
+    broker.set_disk_free_limit(config.disk_free_limit);
+    let mut monitor = ResourceMonitor::new(broker.clone(), config.data_dir.clone());
+    monitor.sample(); // alarms are in effect before the first client connects
     let bind = SocketAddr::new(config.bind_address, config.amqp_port);
     let listener = TcpListener::bind(bind).await.with_context(|| {
         format!("cannot listen for AMQP on {bind}: is another broker running? (set --amqp-port)")
@@ -67,6 +82,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let amqp_addr = listener.local_addr()?;
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
     let shared = Arc::new(amqp091::Shared {
         broker: broker.clone(),
         config: Arc::new(config),
@@ -78,6 +94,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         amqp_addr,
         shutdown_tx,
         acceptor,
+        monitor,
     })
 }
 

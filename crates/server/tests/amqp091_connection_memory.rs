@@ -165,6 +165,7 @@ fn the_connection_future_is_small() {
             warren_core::broker::StorageConfig {
                 segment_bytes: 1 << 20,
                 queue_memory_budget: 1 << 20,
+                queue_credit: 2_000,
             },
         )
         .unwrap();

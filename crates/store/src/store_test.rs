@@ -60,6 +60,35 @@ fn appended_messages_read_back() {
     }
 }
 
+/// `read_many` gives what `read` gives, record for record: runs of neighbours, records of
+/// another queue between them, other segments, out-of-order locations, and a location whose
+/// segment is gone.
+#[test]
+fn read_many_reads_what_read_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(dir.path(), 4096);
+    let mut wanted = Vec::new();
+    for round in 0..40u64 {
+        let ours = enqueue(&store, 1, round * 10 + 1..=round * 10 + 5, 0);
+        enqueue(&store, 2, round * 10 + 6..=round * 10 + 6, 0); // between two runs
+        wanted.extend(ours);
+    }
+    assert!(segment_files(dir.path()) > 2, "the runs must span segments");
+    wanted.swap(3, 17);
+    let mut missing = wanted[0];
+    missing.segment = 9_999;
+    wanted.push(missing);
+    let many = store.read_many(&wanted);
+    assert_eq!(many.len(), wanted.len());
+    for (location, read) in wanted.iter().zip(many) {
+        match (store.read(*location), read) {
+            (Ok(one), Ok(many)) => assert_eq!(one, many, "{location:?}"),
+            (Err(_), Err(_)) => assert_eq!(location.segment, 9_999),
+            (one, many) => panic!("{location:?}: read {one:?}, read_many {many:?}"),
+        }
+    }
+}
+
 #[test]
 fn restart_recovers_durable_unacked_messages_in_order() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,10 +1,15 @@
-//! The classic queue: a FIFO held in memory, owned by one task.
+//! The classic queue: a FIFO (one per priority level) held in memory, owned by one task.
 //!
-//! Ready messages sit in `ready` in sequence order. A message handed to a consumer that must
-//! acknowledge it moves to `unacked`; a requeued one goes to `returned`, keyed by its sequence
-//! number, and is delivered before `ready`. Every unacked sequence number is lower than every
-//! ready one (delivery always takes the lowest), so `returned` then `ready` is exactly the
-//! original order: a requeued message goes back to its original position, as in RabbitMQ.
+//! Ready messages sit in `ready` (see `ready.rs` for the order, priorities and requeues). A
+//! message handed to a consumer that must acknowledge it moves to `unacked`. The queue's
+//! settings come from `QueueArgs`: message TTLs (`expiry.rs`: an expired message is never
+//! delivered and is removed when its deadline passes, wherever it stands), length limits
+//! with their overflow modes, dead-lettering (`forward.rs`), single active consumer and
+//! `x-expires`.
+//!
+//! A turn: expire what is due, run the commands, enforce the length limits, dispatch, expire
+//! what this turn's dispatch did not take (TTL 0), write the store, release deliveries, then
+//! forward dead letters.
 //!
 //! Messages reach the message store (`warren_store`) as records: a persistent message to a
 //! durable queue is written when published (its publisher confirm waits for the fsync), acked
@@ -13,9 +18,8 @@
 //! message keeps only its location in memory (transient ones are written for that) and is read
 //! back when delivered, as RabbitMQ's lazy / v2 classic queues do.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
-
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -24,14 +28,21 @@ use tokio::time::Instant;
 
 use warren_store::{Location, RecordBatch, RecoveredQueue, Store, FLAG_DURABLE};
 
+use super::expiry::{self, Expiry};
+use super::forward::Forwarder;
+use super::ready::{Ready, ReadyQueue, Stored};
 use crate::consumer::{ConfirmTicket, Consumer, ConsumerId, Delivery, Event, Outbox};
+use crate::dead_letter::{dead_letter_copy, DeathReason};
 use crate::error::BrokerError;
 use crate::limits::{
     DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
-    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX,
+    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX, QUEUE_TURN_PUBLISHES_MAX,
 };
 use crate::message::Message;
-use crate::queue::{GetOk, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp};
+use crate::queue::{
+    GetOk, Overflow, QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp,
+};
+use crate::vhost::VHost;
 
 /// How a queue uses the message store.
 #[derive(Debug, Clone)]
@@ -41,19 +52,39 @@ pub struct Storage {
     pub memory_budget: usize,
 }
 
-/// Starts a classic queue task. `on_auto_delete` runs (once) when the queue removes itself
-/// because its last consumer left (auto-delete); the caller drops its records there.
-/// `recovered` holds what a durable queue had on disk at startup.
-pub fn spawn(
-    def: QueueDef,
-    on_auto_delete: Box<dyn FnOnce() + Send>,
-    storage: Option<Storage>,
-    recovered: Option<RecoveredQueue>,
-) -> QueueHandle {
+/// What a queue task is started with besides its definition.
+pub struct Setup {
+    pub args: QueueArgs,
+    /// Runs (once) when the queue removes itself: its last consumer left (auto-delete) or it
+    /// was unused for `x-expires`. The caller drops its records there.
+    pub on_auto_delete: Box<dyn FnOnce() + Send>,
+    pub storage: Option<Storage>,
+    /// What a durable queue had on disk at startup.
+    pub recovered: Option<RecoveredQueue>,
+    /// Where dead letters are routed.
+    pub vhost: Weak<VHost>,
+    /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
+    pub credit: u32,
+}
+
+/// Paged-out messages read back at once ahead of a dispatch pass.
+const READ_AHEAD_MAX: usize = 256;
+
+/// Starts a classic queue task.
+pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
+    let Setup {
+        args,
+        on_auto_delete,
+        storage,
+        recovered,
+        vhost,
+        credit,
+    } = setup;
     let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
     let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
-    let handle = QueueHandle::new(def, data_tx, control_tx);
+    let handle = QueueHandle::new(def, args, data_tx, control_tx, credit);
     let mut queue = ClassicQueue::new(handle.clone());
+    queue.forwarder = Forwarder::new(vhost);
     if let Some(storage) = storage {
         queue.attach_store(storage, recovered);
     }
@@ -75,25 +106,38 @@ impl Mailboxes {
     /// `false` once every handle is gone.
     /// In `flow`, only control commands are taken (publishers wait), and only for as long as
     /// the consumers keep taking deliveries.
+    /// `wake_at` ends the wait early for the queue's timers (TTL, x-expires, dead letters).
     async fn next(
         &mut self,
         control: &mut Vec<QueueCmd>,
         data: &mut Vec<QueueCmd>,
         flow: bool,
+        wake_at: Option<Instant>,
     ) -> bool {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let timer = tokio::time::sleep_until(wake_at.unwrap_or(far));
         let received = if flow {
-            let stall = Duration::from_millis(QUEUE_FLOW_STALL_MS);
-            match tokio::time::timeout(stall, self.control.recv_many(control, QUEUE_BATCH_MAX))
-                .await
-            {
-                Ok(n) => n,
-                Err(_) => return true, // no credit came: the caller re-evaluates flow
+            let stall = tokio::time::sleep(Duration::from_millis(QUEUE_FLOW_STALL_MS));
+            tokio::select! {
+                biased;
+                n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
+                // No credit came: the caller re-evaluates flow.
+                () = stall => return true,
+                () = timer => return true,
             }
         } else {
             tokio::select! {
                 biased;
                 n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
-                n = self.data.recv_many(data, QUEUE_BATCH_MAX) => n,
+                cmd = self.data.recv() => match cmd {
+                    Some(cmd) => {
+                        data.push(cmd);
+                        self.take_more_data(data);
+                        data.len()
+                    }
+                    None => 0,
+                },
+                () = timer => return true,
             }
         };
         if received == 0 {
@@ -106,6 +150,20 @@ impl Mailboxes {
         }
         true
     }
+
+    /// Takes what else is waiting in the data mailbox, up to `QUEUE_BATCH_MAX` commands and
+    /// about `QUEUE_TURN_PUBLISHES_MAX` published messages: a turn stays short, so the acks
+    /// that give consumers more credit wait at most one short turn behind a flood of publishes.
+    fn take_more_data(&mut self, data: &mut Vec<QueueCmd>) {
+        let mut published: usize = data.iter().map(QueueCmd::published_count).sum();
+        while data.len() < QUEUE_BATCH_MAX && published < QUEUE_TURN_PUBLISHES_MAX {
+            let Ok(cmd) = self.data.try_recv() else {
+                break;
+            };
+            published += cmd.published_count();
+            data.push(cmd);
+        }
+    }
 }
 
 async fn run(
@@ -115,14 +173,17 @@ async fn run(
 ) {
     let mut control = Vec::with_capacity(QUEUE_BATCH_MAX);
     let mut data = Vec::with_capacity(QUEUE_BATCH_MAX);
-    while mailboxes
-        .next(&mut control, &mut data, queue.in_flow())
-        .await
-    {
+    loop {
+        let wake_at = queue.wake_at();
+        let flow = queue.in_flow();
+        if !mailboxes.next(&mut control, &mut data, flow, wake_at).await {
+            break;
+        }
+        queue.begin_turn();
         for cmd in control.drain(..).chain(data.drain(..)) {
             queue.handle(cmd);
         }
-        queue.dispatch(); // ends with the turn's one write to the store
+        queue.dispatch(); // one write to the store, then deliveries and dead letters
         match queue.state {
             State::Running => {}
             State::Deleted => {
@@ -145,21 +206,6 @@ enum State {
     Running,
     Deleted,
     AutoDeleted,
-}
-
-/// A message as the queue holds it: in memory, on disk, or both.
-#[derive(Debug, Clone)]
-struct Stored {
-    message: Option<Arc<Message>>,
-    location: Option<Location>,
-    /// Handed to a consumer before (or maybe, before a crash).
-    redelivered: bool,
-}
-
-/// 32 bytes: what a message beyond the memory budget costs.
-struct Ready {
-    seq: u64,
-    stored: Stored,
 }
 
 /// The queue's side of the message store.
@@ -190,54 +236,72 @@ struct Persist {
 pub struct ClassicQueue {
     handle: QueueHandle,
     state: State,
+    args: QueueArgs,
     next_seq: u64,
-    ready: VecDeque<Ready>,
-    returned: BTreeMap<u64, Ready>,
+    ready: ReadyQueue,
     unacked: FxHashMap<u64, Stored>,
+    expiry: Expiry,
     persist: Option<Persist>,
-    /// Bytes of the messages in `ready` held in memory.
-    ready_memory: usize,
     /// Highest sequence number of a stored message handed out in this dispatch pass.
     delivered_max: u64,
     consumers: VecDeque<Consumer>,
+    /// With single active consumer: the one that gets messages.
+    active: Option<ConsumerId>,
     had_consumers: bool,
+    /// Last use (consume, get, declare) for `x-expires`.
+    last_used: Instant,
+    /// The turn's clock, milliseconds since the epoch (TTL deadlines).
+    now_ms: u64,
+    forwarder: Forwarder,
     /// Publishes are not being taken (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
     flow: bool,
     last_dispatch: Instant,
     /// Deliveries staged per consumer outbox during one dispatch pass.
     staged: Vec<(Arc<Outbox>, Vec<Event>)>,
+    /// Paged-out messages read back ahead of delivery (see `read_ahead`), by seq.
+    read_ahead: FxHashMap<u64, (Arc<Message>, Option<u64>)>,
 }
 
 impl ClassicQueue {
     pub fn new(handle: QueueHandle) -> ClassicQueue {
+        let args = handle.args().clone();
+        let levels = usize::from(args.max_priority.unwrap_or(0)) + 1;
         ClassicQueue {
             handle,
             state: State::Running,
+            args,
             next_seq: 1,
-            ready: VecDeque::new(),
-            returned: BTreeMap::new(),
+            ready: ReadyQueue::new(levels),
             unacked: FxHashMap::default(),
+            expiry: Expiry::default(),
             persist: None,
-            ready_memory: 0,
             delivered_max: 0,
             consumers: VecDeque::new(),
+            active: None,
             had_consumers: false,
+            last_used: Instant::now(),
+            now_ms: expiry::now_ms(),
+            forwarder: Forwarder::new(Weak::new()),
             flow: false,
             last_dispatch: Instant::now(),
             staged: Vec::new(),
+            read_ahead: FxHashMap::default(),
         }
     }
 
     /// Connects the queue to the message store and takes what it had on disk.
     fn attach_store(&mut self, storage: Storage, recovered: Option<RecoveredQueue>) {
         let def = self.handle.def();
-        // `x-queue-mode=lazy`: keep no message bodies in memory beyond what is delivered.
-        let lazy = def.arguments.get("x-queue-mode").and_then(|v| v.as_str()) == Some("lazy");
         self.persist = Some(Persist {
             store: storage.store,
             id: warren_store::queue_id(&def.vhost, &def.name),
             durable: def.durable && def.exclusive_owner.is_none(),
-            memory_budget: if lazy { 0 } else { storage.memory_budget },
+            // `x-queue-mode=lazy`: keep no message bodies in memory beyond what is delivered.
+            memory_budget: if self.args.lazy {
+                0
+            } else {
+                storage.memory_budget
+            },
             batch: RecordBatch::new(),
             enqueued: Vec::new(),
             done_unwritten: Vec::new(),
@@ -250,15 +314,28 @@ impl ClassicQueue {
             return;
         };
         self.next_seq = self.next_seq.max(recovered.next_seq);
-        self.ready
-            .extend(recovered.messages.into_iter().map(|m| Ready {
-                seq: m.seq,
-                stored: Stored {
-                    message: None,
-                    location: Some(m.location),
-                    redelivered: m.redelivered,
-                },
-            }));
+        // Priority levels and TTL deadlines live in the stored messages: a queue that orders
+        // or expires by them reads each one back once (others learn a message's deadline when
+        // it is read for delivery).
+        let read_back = self.args.max_priority.is_some() || self.args.message_ttl_ms.is_some();
+        for m in recovered.messages {
+            let mut level = 0;
+            if read_back {
+                if let Some((message, deadline)) = self.read_stored(m.location) {
+                    level = self.args.level(message.priority);
+                    if let Some(deadline) = deadline {
+                        self.expiry.insert(m.seq, deadline);
+                    }
+                }
+            }
+            let stored = Stored {
+                message: None,
+                location: Some(m.location),
+                redelivered: m.redelivered,
+                gone: false,
+            };
+            self.ready.push(level, Ready { seq: m.seq, stored });
+        }
         tracing::info!(
             "{}: recovered {} messages from the message store",
             self.handle.def().resource(),
@@ -271,7 +348,15 @@ impl ClassicQueue {
             return; // deleted mid-batch: later commands see a closed queue
         }
         match cmd {
-            QueueCmd::Publish { messages, confirm } => self.publish(messages, confirm),
+            QueueCmd::Publish {
+                messages,
+                confirm,
+                tags,
+                credit,
+            } => {
+                self.publish(messages, confirm, &tags);
+                drop(credit); // taken: the publishers may send more
+            }
             QueueCmd::Consume { consumer, reply } => {
                 let _ = reply.send(self.consume(consumer));
             }
@@ -288,6 +373,7 @@ impl ClassicQueue {
                 no_ack,
                 reply,
             } => {
+                self.last_used = Instant::now();
                 self.flush_store();
                 let got = self.get(channel, no_ack);
                 self.flush_store(); // the delivered mark goes out before the message
@@ -307,16 +393,52 @@ impl ClassicQueue {
                 let _ = reply.send(self.delete(if_unused, if_empty));
             }
             QueueCmd::Info { reply } => {
+                // queue.declare asks for these counts: a redeclaration renews `x-expires`.
+                self.last_used = Instant::now();
                 let _ = reply.send(self.info());
             }
+            QueueCmd::SetArgs { args } => self.set_args(*args),
         }
+    }
+
+    /// Starts a turn: reads the clock and expires what is due.
+    pub fn begin_turn(&mut self) {
+        self.now_ms = expiry::now_ms();
+        self.expire_due();
+    }
+
+    /// When the task must wake without a command: the next message deadline, `x-expires`,
+    /// or a retry of dead letters.
+    fn wake_at(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        let ttl = self
+            .expiry
+            .next_deadline()
+            .map(|deadline| now + Duration::from_millis(deadline.saturating_sub(expiry::now_ms())));
+        let unused = self.consumers.is_empty();
+        let expires = self
+            .args
+            .expires_ms
+            .filter(|_| unused)
+            .map(|ms| self.last_used + Duration::from_millis(u64::from(ms)));
+        [ttl, expires, self.forwarder.wake_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// A policy changed the settings (see `QueueCmd::SetArgs`).
+    fn set_args(&mut self, mut args: QueueArgs) {
+        args.max_priority = self.args.max_priority;
+        args.single_active_consumer = self.args.single_active_consumer;
+        self.args = args;
     }
 
     /// Whether to stop taking publishes: a backlog in front of consumers that take all the
     /// broker sends, while they keep taking it. Hysteresis: enter above the limit, leave
     /// below half of it or when deliveries stall.
     fn in_flow(&mut self) -> bool {
-        let backlog = self.ready_count();
+        let backlog = self.ready.len();
         let limit = if self.flow {
             QUEUE_FLOW_BACKLOG_MAX / 2
         } else {
@@ -332,44 +454,35 @@ impl ClassicQueue {
         flow
     }
 
-    fn ready_count(&self) -> usize {
-        self.ready.len() + self.returned.len()
-    }
-
     fn info(&self) -> QueueInfo {
         QueueInfo {
-            messages: u32::try_from(self.ready_count()).unwrap_or(u32::MAX),
+            messages: u32::try_from(self.ready.len()).unwrap_or(u32::MAX),
             consumers: u32::try_from(self.consumers.len()).unwrap_or(u32::MAX),
         }
     }
 
-    fn publish(&mut self, messages: Vec<Arc<Message>>, confirm: Option<ConfirmTicket>) {
-        self.ready.reserve(messages.len());
+    /// Enqueues a batch; with `x-overflow=reject-publish(-dlx)` a message that would exceed
+    /// the length limit is refused, and its publisher (`tags`) told through the ticket.
+    fn publish(
+        &mut self,
+        messages: Vec<Arc<Message>>,
+        confirm: Option<ConfirmTicket>,
+        tags: &[u64],
+    ) {
         let mut written = false;
-        for message in messages {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let stored = Stored {
-                message: Some(message),
-                location: None,
-                redelivered: false,
-            };
-            if let Some(persist) = self.persist.as_mut() {
-                let message = stored.message.as_ref().expect("just set");
-                let durable = persist.durable && message.persistent;
-                let over_budget = self.ready_memory + message.size_bytes() > persist.memory_budget;
-                if durable || over_budget {
-                    let flags = if durable { FLAG_DURABLE } else { 0 };
-                    persist
-                        .batch
-                        .enqueue(persist.id, seq, flags, |out| message.encode_stored(out));
-                    // Beyond the budget the message leaves memory once it is written.
-                    persist.enqueued.push((seq, over_budget));
-                    written |= durable;
+        let mut rejected = Vec::new();
+        for (index, message) in messages.into_iter().enumerate() {
+            if self.args.rejects_publishes() && self.would_overflow(&message) {
+                rejected.extend(tags.get(index).copied());
+                if self.args.overflow == Overflow::RejectPublishDlx {
+                    self.dead_letter(&message, DeathReason::Maxlen);
                 }
+                continue;
             }
-            self.ready_memory += resident_bytes(&stored);
-            self.ready.push_back(Ready { seq, stored });
+            written |= self.enqueue(message);
+        }
+        if let (false, Some(ticket)) = (rejected.is_empty(), &confirm) {
+            ticket.reject(rejected);
         }
         if let (true, Some(ticket), Some(persist)) = (written, confirm, self.persist.as_mut()) {
             // The confirm waits for the fsync of these records.
@@ -379,6 +492,48 @@ impl ClassicQueue {
                 }
             }));
         }
+    }
+
+    fn would_overflow(&self, message: &Message) -> bool {
+        let len = self.ready.len() as u64 + 1;
+        let bytes = self.ready.body_bytes() + message.body.len() as u64;
+        self.args.max_length.is_some_and(|max| len > max)
+            || self.args.max_length_bytes.is_some_and(|max| bytes > max)
+    }
+
+    /// Adds one message; returns whether it must be fsynced before it is confirmed.
+    fn enqueue(&mut self, message: Arc<Message>) -> bool {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let deadline =
+            expiry::deadline(self.now_ms, self.args.message_ttl_ms, message.expiration_ms);
+        if let Some(deadline) = deadline {
+            self.expiry.insert(seq, deadline);
+        }
+        let level = self.args.level(message.priority);
+        let mut written = false;
+        if let Some(persist) = self.persist.as_mut() {
+            let durable = persist.durable && message.persistent;
+            let over_budget =
+                self.ready.memory() + message.resident_bytes() > persist.memory_budget;
+            if durable || over_budget {
+                let flags = if durable { FLAG_DURABLE } else { 0 };
+                persist.batch.enqueue(persist.id, seq, flags, |out| {
+                    message.encode_stored(out, deadline)
+                });
+                // Beyond the budget the message leaves memory once it is written.
+                persist.enqueued.push((seq, over_budget));
+                written = durable;
+            }
+        }
+        let stored = Stored {
+            message: Some(message),
+            location: None,
+            redelivered: false,
+            gone: false,
+        };
+        self.ready.push(level, Ready { seq, stored });
+        written
     }
 
     /// Writes the records of this turn and notes where the enqueued messages went.
@@ -408,18 +563,15 @@ impl ClassicQueue {
             persist.done_unwritten.clear();
             return;
         }
-        // The turn's messages are where dispatch left them: still ready, or unacked.
+        // The turn's messages are where dispatch left them: still ready, unacked, or done.
+        persist.done_unwritten.sort_unstable();
         for ((seq, page_out), location) in
             persist.enqueued.drain(..).zip(persist.locations.drain(..))
         {
-            if let Ok(at) = self.ready.binary_search_by_key(&seq, |r| r.seq) {
-                let stored = &mut self.ready[at].stored;
-                stored.location = Some(location);
-                if page_out {
-                    self.ready_memory -= resident_bytes(stored);
-                    stored.message = None; // read back when delivered
-                }
-            } else if let Some(stored) = self.unacked.get_mut(&seq) {
+            if self.ready.set_location(seq, location, page_out) {
+                continue;
+            }
+            if let Some(stored) = self.unacked.get_mut(&seq) {
                 stored.location = Some(location);
             } else if persist.done_unwritten.binary_search(&seq).is_ok() {
                 persist.batch.forget(location);
@@ -471,7 +623,6 @@ impl ClassicQueue {
             .ready
             .iter()
             .map(|r| &r.stored)
-            .chain(self.returned.values().map(|r| &r.stored))
             .chain(self.unacked.values());
         for location in stored.filter_map(|s| s.location) {
             persist.batch.forget(location);
@@ -479,41 +630,81 @@ impl ClassicQueue {
         self.flush_store();
     }
 
-    /// The message of a ready entry, read back from the store when it was paged out. `None`
-    /// when the stored copy is unreadable (logged; the message is dropped).
-    fn load(&mut self, ready: &mut Ready) -> Option<Arc<Message>> {
-        if let Some(message) = &ready.stored.message {
-            return Some(message.clone());
-        }
+    fn read_stored(&self, location: Location) -> Option<(Message, Option<u64>)> {
         let persist = self.persist.as_ref()?;
-        let location = ready.stored.location?;
         let read = persist.store.read(location).and_then(|bytes| {
             Message::decode_stored(bytes).ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, "not a stored message")
             })
         });
         match read {
-            Ok(message) => {
-                let message = Arc::new(message);
-                ready.stored.message = Some(message.clone());
-                Some(message)
-            }
+            Ok(read) => Some(read),
             Err(error) => {
                 tracing::error!(
-                    "{}: cannot read stored message {}: {error}; dropped",
+                    "{}: cannot read stored message at {location:?}: {error}",
                     self.handle.def().resource(),
-                    ready.seq
                 );
-                let stored = ready.stored.clone();
-                self.forget(ready.seq, &stored);
                 None
+            }
+        }
+    }
+
+    /// The message of a ready entry, read back from the store when it was paged out. `None`
+    /// when the stored copy is unreadable (logged; the message is dropped and forgotten).
+    fn load(&mut self, ready: &mut Ready) -> Option<Arc<Message>> {
+        if let Some(message) = &ready.stored.message {
+            return Some(message.clone());
+        }
+        let read = match self.read_ahead.remove(&ready.seq) {
+            Some(read) => Some(read),
+            None => ready
+                .stored
+                .location
+                .and_then(|at| self.read_stored(at))
+                .map(|(message, deadline)| (Arc::new(message), deadline)),
+        };
+        let Some((message, deadline)) = read else {
+            let stored = ready.stored.clone();
+            self.forget(ready.seq, &stored);
+            self.expiry.remove(ready.seq);
+            return None;
+        };
+        if let (Some(deadline), None) = (deadline, self.expiry.get(ready.seq)) {
+            self.expiry.insert(ready.seq, deadline); // recovered: its deadline came with it
+        }
+        ready.stored.message = Some(message.clone());
+        Some(message)
+    }
+
+    /// Before a dispatch pass takes up to `count` messages: when the next ones were paged
+    /// out, reads them back together (`Store::read_many`: a read per run of neighbouring
+    /// records) instead of one read each. What fails here is read again, and reported, by
+    /// `load`.
+    fn read_ahead(&mut self, count: usize) {
+        let Some(persist) = self.persist.as_ref() else {
+            return;
+        };
+        let paged = self.ready.next_paged_out(count.min(READ_AHEAD_MAX));
+        if paged.len() < 2 {
+            return;
+        }
+        if self.read_ahead.len() > READ_AHEAD_MAX * 4 {
+            self.read_ahead.clear(); // left behind by messages that went another way
+        }
+        let locations: Vec<Location> = paged.iter().map(|&(_, at)| at).collect();
+        let reads = persist.store.read_many(&locations);
+        for ((seq, _), read) in paged.into_iter().zip(reads) {
+            if let Some((message, deadline)) = read.ok().and_then(Message::decode_stored) {
+                self.read_ahead.insert(seq, (Arc::new(message), deadline));
             }
         }
     }
 
     fn consume(&mut self, consumer: Consumer) -> Result<(), BrokerError> {
         let exclusive_taken = self.consumers.iter().any(|c| c.exclusive);
-        if exclusive_taken || (consumer.exclusive && !self.consumers.is_empty()) {
+        let sac = self.args.single_active_consumer;
+        // As RabbitMQ: an exclusive consumer on a single-active-consumer queue is refused.
+        if exclusive_taken || (consumer.exclusive && (sac || !self.consumers.is_empty())) {
             return Err(BrokerError::access_refused(format!(
                 "queue '{}' in vhost '{}' in exclusive use",
                 self.handle.def().name,
@@ -521,6 +712,10 @@ impl ClassicQueue {
             )));
         }
         self.had_consumers = true;
+        self.last_used = Instant::now();
+        if sac && self.active.is_none() {
+            self.active = Some(consumer.id);
+        }
         self.consumers.push_back(consumer);
         Ok(())
     }
@@ -529,13 +724,28 @@ impl ClassicQueue {
         let before = self.consumers.len();
         self.consumers.retain(|c| c.id != consumer);
         let removed = before != self.consumers.len();
-        if removed
-            && self.consumers.is_empty()
-            && self.had_consumers
-            && self.handle.def().auto_delete
-        {
-            self.state = State::AutoDeleted;
+        if !removed {
+            return;
         }
+        if self.active == Some(consumer) {
+            self.active = self.next_active();
+        }
+        if self.consumers.is_empty() {
+            self.last_used = Instant::now(); // unused from now on (`x-expires`)
+            if self.had_consumers && self.handle.def().auto_delete {
+                self.state = State::AutoDeleted;
+            }
+        }
+    }
+
+    /// Single active consumer failover: the highest `x-priority`, the earliest registered
+    /// among equals (consumers keep their registration order: no round-robin in this mode).
+    fn next_active(&self) -> Option<ConsumerId> {
+        let priority = self.consumers.iter().map(|c| c.priority).max()?;
+        self.consumers
+            .iter()
+            .find(|c| c.priority == priority)
+            .map(|c| c.id)
     }
 
     fn grant(&mut self, consumer: ConsumerId, credit: u32) {
@@ -549,30 +759,122 @@ impl ClassicQueue {
             let Some(mut stored) = self.unacked.remove(&seq) else {
                 continue; // already settled (channel closed twice, queue purged)
             };
-            if op == SettleOp::Requeue {
-                stored.redelivered = true;
-                let previous = self.returned.insert(seq, Ready { seq, stored });
-                debug_assert!(previous.is_none(), "a sequence number is requeued once");
-            } else {
-                self.forget(seq, &stored);
+            match op {
+                SettleOp::Requeue => {
+                    stored.redelivered = true;
+                    let priority = stored.message.as_ref().map_or(0, |m| m.priority);
+                    let level = self.args.level(priority);
+                    self.ready.requeue(level, Ready { seq, stored });
+                    self.expiry.requeued(seq);
+                }
+                SettleOp::Ack => {
+                    self.forget(seq, &stored);
+                    self.expiry.remove(seq);
+                }
+                SettleOp::Discard => {
+                    let ready = Ready { seq, stored };
+                    let message = ready.stored.message.clone();
+                    self.drop_message(&ready, message.as_ref(), DeathReason::Rejected);
+                }
             }
         }
     }
 
-    /// The next message to deliver, loaded into memory, with its message.
+    /// A message leaves the queue without being delivered: dead-lettered when the queue has a
+    /// dead-letter exchange (`message` is then its body, loaded), else dropped.
+    fn drop_message(&mut self, ready: &Ready, message: Option<&Arc<Message>>, reason: DeathReason) {
+        if let Some(message) = message {
+            self.dead_letter(message, reason);
+        }
+        self.forget(ready.seq, &ready.stored);
+        self.expiry.remove(ready.seq);
+    }
+
+    /// Republishes a copy to the dead-letter exchange, if the queue has one.
+    fn dead_letter(&mut self, message: &Arc<Message>, reason: DeathReason) {
+        let Some(exchange) = self.args.dead_letter_exchange.clone() else {
+            return;
+        };
+        let name = self.handle.name().clone();
+        let routing_key = self.args.dead_letter_routing_key.as_ref();
+        let now_secs = self.now_ms / 1000;
+        let copy = dead_letter_copy(message, reason, &name, &exchange, routing_key, now_secs);
+        self.forwarder.route(copy, &name);
+    }
+
+    /// Removes the ready messages whose deadline has passed, wherever they stand.
+    fn expire_due(&mut self) {
+        if self.expiry.is_empty() {
+            return;
+        }
+        let dead_lettering = self.args.dead_letter_exchange.is_some();
+        while let Some(seq) = self.expiry.pop_due(self.now_ms) {
+            let Some(mut ready) = self.ready.remove(seq) else {
+                continue; // unacked: it keeps its deadline for when it is requeued
+            };
+            if !dead_lettering {
+                self.drop_message(&ready, None, DeathReason::Expired);
+            } else if let Some(message) = self.load(&mut ready) {
+                self.drop_message(&ready, Some(&message), DeathReason::Expired);
+            }
+        }
+    }
+
+    /// `x-overflow=drop-head`: drops (or dead-letters) from the head while over a limit.
+    fn enforce_limits(&mut self) {
+        if self.args.overflow != Overflow::DropHead {
+            return; // the reject modes refuse publishes instead
+        }
+        let dead_lettering = self.args.dead_letter_exchange.is_some();
+        loop {
+            let over_length = self
+                .args
+                .max_length
+                .is_some_and(|max| self.ready.len() as u64 > max);
+            let over_bytes = self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| self.ready.body_bytes() > max);
+            if !(over_length || over_bytes) {
+                return;
+            }
+            let Some(mut ready) = self.ready.pop() else {
+                return;
+            };
+            if !dead_lettering {
+                self.drop_message(&ready, None, DeathReason::Maxlen);
+            } else if let Some(message) = self.load(&mut ready) {
+                self.drop_message(&ready, Some(&message), DeathReason::Maxlen);
+            }
+        }
+    }
+
+    /// `x-expires`: an unused queue deletes itself.
+    fn check_expires(&mut self) {
+        let Some(ms) = self.args.expires_ms else {
+            return;
+        };
+        let unused_for = self.last_used.elapsed();
+        if self.consumers.is_empty() && unused_for >= Duration::from_millis(u64::from(ms)) {
+            tracing::debug!(queue = %self.handle.name(), "unused for x-expires: deleted");
+            self.state = State::AutoDeleted;
+        }
+    }
+
+    /// The next message to deliver, loaded into memory, with its message. An expired one is
+    /// never delivered: it is dropped or dead-lettered here. A deadline equal to the turn's
+    /// clock still delivers, so a TTL of 0 reaches a consumer that can take it at once.
     fn next_ready(&mut self) -> Option<(Ready, Arc<Message>)> {
         loop {
-            let mut ready = match self.returned.pop_first() {
-                Some((_, ready)) => ready,
-                None => {
-                    let ready = self.ready.pop_front()?;
-                    self.ready_memory -= resident_bytes(&ready.stored);
-                    ready
-                }
+            let mut ready = self.ready.pop()?;
+            let Some(message) = self.load(&mut ready) else {
+                continue;
             };
-            if let Some(message) = self.load(&mut ready) {
-                return Some((ready, message));
+            if self.expiry.get(ready.seq).is_some_and(|d| d < self.now_ms) {
+                self.drop_message(&ready, Some(&message), DeathReason::Expired);
+                continue;
             }
+            return Some((ready, message));
         }
     }
 
@@ -582,6 +884,7 @@ impl ClassicQueue {
         self.delivered_max = self.delivered_max.max(ready.seq);
         if no_ack {
             self.forget(ready.seq, &ready.stored);
+            self.expiry.remove(ready.seq);
         } else {
             self.unacked.insert(ready.seq, ready.stored.clone());
         }
@@ -603,7 +906,7 @@ impl ClassicQueue {
         let (ready, message) = self.next_ready()?;
         self.hand_out(&ready, no_ack);
         self.mark_delivered();
-        let remaining = u32::try_from(self.ready_count()).unwrap_or(u32::MAX);
+        let remaining = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
         Some(GetOk {
             delivery: Delivery {
                 channel,
@@ -619,13 +922,12 @@ impl ClassicQueue {
     }
 
     fn purge(&mut self) -> u32 {
-        let count = u32::try_from(self.ready_count()).unwrap_or(u32::MAX);
-        let ready = std::mem::take(&mut self.ready);
-        let returned = std::mem::take(&mut self.returned);
-        for r in ready.iter().chain(returned.values()) {
-            self.forget(r.seq, &r.stored);
+        let count = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
+        self.read_ahead.clear();
+        for ready in self.ready.drain() {
+            self.forget(ready.seq, &ready.stored);
+            self.expiry.remove(ready.seq);
         }
-        self.ready_memory = 0;
         count
     }
 
@@ -637,13 +939,13 @@ impl ClassicQueue {
                 def.resource()
             )));
         }
-        if if_empty && self.ready_count() > 0 {
+        if if_empty && !self.ready.is_empty() {
             return Err(BrokerError::precondition_failed(format!(
                 "{} not empty",
                 def.resource()
             )));
         }
-        let count = u32::try_from(self.ready_count()).unwrap_or(u32::MAX);
+        let count = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
         self.state = State::Deleted;
         Ok(count)
     }
@@ -659,11 +961,36 @@ impl ClassicQueue {
         }
     }
 
-    /// Hands ready messages to consumers with credit: highest `x-priority` first, round-robin
-    /// among equals, one message per turn while several compete, in batches otherwise.
+    /// Ends a turn: enforces the length limits, hands ready messages to consumers, expires
+    /// what they did not take (TTL 0), writes the store, releases the deliveries and forwards
+    /// dead letters.
     pub fn dispatch(&mut self) {
-        let before = self.ready_count();
-        while self.ready_count() > 0 {
+        if self.state == State::Running {
+            self.enforce_limits();
+            self.deliver_ready();
+            self.expire_due();
+        }
+        self.mark_delivered();
+        self.flush_staged();
+        self.forwarder.flush();
+        self.ready.shrink();
+        if self.state == State::Running {
+            self.check_expires();
+        }
+    }
+
+    /// Hands ready messages to consumers with credit: highest `x-priority` first, round-robin
+    /// among equals, one message per turn while several compete, in batches otherwise. With
+    /// single active consumer, only the active one.
+    fn deliver_ready(&mut self) {
+        let before = self.ready.len();
+        if self.args.single_active_consumer {
+            let active = self.active;
+            if let Some(index) = self.consumers.iter().position(|c| Some(c.id) == active) {
+                self.deliver_to(index, u32::MAX);
+            }
+        }
+        while !self.args.single_active_consumer && !self.ready.is_empty() {
             let Some(index) = self.pick_consumer() else {
                 break;
             };
@@ -677,13 +1004,7 @@ impl ClassicQueue {
                 }
             }
         }
-        self.mark_delivered();
-        self.flush_staged();
-        // A drained backlog gives its index memory back.
-        if self.ready.capacity() > 4096 && self.ready.len() < self.ready.capacity() / 4 {
-            self.ready.shrink_to(self.ready.len() * 2);
-        }
-        if self.ready_count() < before {
+        if self.ready.len() < before {
             self.last_dispatch = Instant::now();
         }
     }
@@ -701,6 +1022,9 @@ impl ClassicQueue {
     }
 
     fn deliver_to(&mut self, index: usize, turn: u32) {
+        if let Some(consumer) = self.consumers.get(index) {
+            self.read_ahead(consumer.credit.min(turn) as usize);
+        }
         let mut delivered = 0;
         while delivered < turn {
             let Some(credit) = self.consumers.get(index).map(|c| c.credit) else {
@@ -736,11 +1060,6 @@ impl ClassicQueue {
             outbox.push_batch(&mut events);
         }
     }
-}
-
-/// Bytes a stored message occupies in memory.
-fn resident_bytes(stored: &Stored) -> usize {
-    stored.message.as_ref().map_or(0, |m| m.size_bytes())
 }
 
 fn stage(staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>, outbox: Arc<Outbox>, event: Event) {

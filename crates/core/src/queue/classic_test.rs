@@ -7,11 +7,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::consumer::{Consumer, Event, Outbox};
-use crate::message::{Format, Message};
-use crate::queue::{QueueCmd, QueueDef, QueueHandle, SettleOp};
+use crate::message::Message;
+use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, SettleOp};
 use crate::value::Table;
 
 fn queue() -> ClassicQueue {
+    queue_with(QueueArgs::default())
+}
+
+fn queue_with(args: QueueArgs) -> ClassicQueue {
     let def = QueueDef {
         name: Arc::from("q"),
         vhost: Arc::from("/"),
@@ -22,18 +26,16 @@ fn queue() -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(def, data_tx, control_tx))
+    ClassicQueue::new(QueueHandle::new(def, args, data_tx, control_tx, 1_000))
 }
 
 fn message(body: &'static str) -> Arc<Message> {
-    Arc::new(Message {
-        format: Format::Amqp091,
-        exchange: Bytes::new(),
-        routing_key: Bytes::from_static(b"q"),
-        properties: Bytes::from_static(&[0, 0]),
-        body: Bytes::from_static(body.as_bytes()),
-        persistent: false,
-    })
+    Arc::new(Message::new(
+        Bytes::new(),
+        Bytes::from_static(b"q"),
+        Bytes::from_static(&[0, 0]),
+        Bytes::from_static(body.as_bytes()),
+    ))
 }
 
 fn consumer(id: u64, credit: u32, priority: i64, outbox: &Arc<Outbox>) -> Consumer {
@@ -70,7 +72,9 @@ fn delivered(outbox: &Outbox) -> Vec<(u64, String, bool, u64)> {
                 d.redelivered,
                 d.seq,
             )),
-            Event::ConsumerCancelled { .. } | Event::Confirmed { .. } => None,
+            Event::ConsumerCancelled { .. }
+            | Event::Confirmed { .. }
+            | Event::PublishRejected { .. } => None,
         })
         .collect()
 }
@@ -79,6 +83,8 @@ fn publish(queue: &mut ClassicQueue, bodies: &[&'static str]) {
     queue.handle(QueueCmd::Publish {
         messages: bodies.iter().map(|b| message(b)).collect(),
         confirm: None,
+        tags: Vec::new(),
+        credit: None,
     });
 }
 
@@ -214,4 +220,119 @@ fn prefetch_limited_consumers_never_put_the_queue_in_flow() {
         !queue.in_flow(),
         "a slow acknowledging consumer must not block publishers"
     );
+}
+
+#[test]
+fn single_active_consumer_fails_over_to_the_highest_priority() {
+    let args = QueueArgs {
+        single_active_consumer: true,
+        ..Default::default()
+    };
+    let mut queue = queue_with(args);
+    let outbox = Outbox::new();
+    consume(&mut queue, consumer(1, 10, 0, &outbox));
+    consume(&mut queue, consumer(2, 10, 0, &outbox));
+    consume(&mut queue, consumer(3, 10, 7, &outbox));
+    publish(&mut queue, &["m1", "m2"]);
+    queue.dispatch();
+    let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
+    assert_eq!(
+        order,
+        [1, 1],
+        "the first registered is active, even below priority 7"
+    );
+
+    tracing::info!("phase: the active one leaves");
+    queue.handle(QueueCmd::Cancel {
+        consumer: 1,
+        reply: None,
+    });
+    publish(&mut queue, &["m3"]);
+    queue.dispatch();
+    let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
+    assert_eq!(order, [3], "failover to the highest priority");
+    assert_eq!(queue.info().consumers, 2);
+}
+
+#[test]
+fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
+    let args = QueueArgs {
+        max_length: Some(2),
+        ..Default::default()
+    };
+    let mut queue = queue_with(args);
+    publish(&mut queue, &["m1", "m2", "m3"]);
+    queue.dispatch();
+    assert_eq!(queue.info().messages, 2);
+
+    tracing::info!("phase: a message whose deadline passed, behind one that has none");
+    let mut expiring = Message::new(
+        Bytes::new(),
+        Bytes::from_static(b"q"),
+        Bytes::from_static(&[0, 0]),
+        Bytes::from_static(b"short"),
+    );
+    expiring.expiration_ms = Some(0);
+    let mut queue = queue_with(QueueArgs::default());
+    publish(&mut queue, &["first"]);
+    queue.handle(QueueCmd::Publish {
+        messages: vec![Arc::new(expiring)],
+        confirm: None,
+        tags: Vec::new(),
+        credit: None,
+    });
+    queue.begin_turn(); // the next turn: its clock is at or past the deadline
+    assert_eq!(queue.info().messages, 1, "expired where it stood");
+    let outbox = Outbox::new();
+    consume(&mut queue, consumer(1, 10, 0, &outbox));
+    queue.dispatch();
+    let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
+    assert_eq!(bodies, ["first"]);
+}
+
+/// Credit flow from queue to publisher: a publisher that has taken all of a queue's credit
+/// makes the next one wait until the queue has taken its batch; a batch larger than the
+/// whole credit still goes.
+#[tokio::test]
+async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
+    let def = QueueDef {
+        name: Arc::from("credit"),
+        vhost: Arc::from("/"),
+        durable: false,
+        exclusive_owner: None,
+        auto_delete: false,
+        arguments: Table::new(),
+    };
+    let setup = Setup {
+        args: QueueArgs::default(),
+        on_auto_delete: Box::new(|| {}),
+        storage: None,
+        recovered: None,
+        vhost: Weak::new(),
+        credit: 4,
+    };
+    let handle = spawn(def, setup);
+    let first = handle.acquire_credit(100).await; // more than the credit: takes all 4
+    let waiting = handle.clone();
+    let mut second = tokio::spawn(async move { waiting.acquire_credit(1).await });
+    let blocked = tokio::time::timeout(std::time::Duration::from_millis(100), &mut second).await;
+    assert!(
+        blocked.is_err(),
+        "credit was exhausted, yet a publisher got more"
+    );
+    handle
+        .send(QueueCmd::Publish {
+            messages: vec![message("a"), message("b")],
+            confirm: None,
+            tags: Vec::new(),
+            credit: Some(first),
+        })
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(std::time::Duration::from_secs(5), second).await;
+    assert!(
+        granted.is_ok(),
+        "the queue took the batch but gave no credit back"
+    );
+    assert_eq!(handle.info().await.unwrap().messages, 2);
 }

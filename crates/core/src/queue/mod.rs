@@ -12,17 +12,23 @@
 //! consumers that would drain it. A control command sent before a data command is always
 //! handled before it (see `classic::run`).
 
+pub mod args;
 pub mod classic;
+mod expiry;
+mod forward;
+mod ready;
 
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery};
 use crate::error::{resource_name, BrokerError};
 use crate::message::Message;
 use crate::value::Table;
+
+pub use args::{Overflow, QueueArgs};
 
 /// The declared shape of a queue; compared on redeclaration.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +53,7 @@ impl QueueDef {
 pub enum SettleOp {
     /// Processed: forget the message.
     Ack,
-    /// Rejected without requeue: drop it (dead-lettering comes with queue features).
+    /// Rejected without requeue: dead-letter it (reason `rejected`) or drop it.
     Discard,
     /// Put back at its original position, marked redelivered.
     Requeue,
@@ -75,6 +81,17 @@ pub enum QueueCmd {
     Publish {
         messages: Vec<Arc<Message>>,
         confirm: Option<ConfirmTicket>,
+        /// The publisher's tag of each message, for those it must hear about when the queue
+        /// refuses them (`x-overflow=reject-publish`); empty when it need not.
+        tags: Vec<u64>,
+        /// The publisher's credit for these messages (see `QueueHandle::acquire_credit`),
+        /// returned when the queue has taken them.
+        credit: Option<OwnedSemaphorePermit>,
+    },
+    /// New settings from a policy change (max-priority and single-active-consumer cannot
+    /// change and are kept; a new message TTL applies to messages enqueued from now on).
+    SetArgs {
+        args: Box<QueueArgs>,
     },
     Consume {
         consumer: Consumer,
@@ -117,11 +134,26 @@ pub struct QueueHandle(Arc<HandleInner>);
 
 struct HandleInner {
     def: QueueDef,
+    /// The settings the queue was started with (a publisher reads `rejects_publishes`).
+    args: QueueArgs,
     data: mpsc::Sender<QueueCmd>,
     control: mpsc::Sender<QueueCmd>,
+    /// Messages publishers may have on their way into the queue (RabbitMQ's
+    /// `credit_flow_default_credit`): a publisher takes credit before it sends a batch and
+    /// the queue gives it back once it has taken the batch. Fair: publishers wait in turn.
+    credit: Arc<Semaphore>,
+    credit_max: u32,
 }
 
 impl QueueCmd {
+    /// Messages the command publishes.
+    pub fn published_count(&self) -> usize {
+        match self {
+            QueueCmd::Publish { messages, .. } => messages.len(),
+            _ => 0,
+        }
+    }
+
     /// Whether the command travels in the control mailbox (see the module doc).
     pub fn is_control(&self) -> bool {
         matches!(
@@ -141,12 +173,52 @@ impl fmt::Debug for QueueHandle {
 }
 
 impl QueueHandle {
+    /// `credit` is the number of messages publishers may have in flight to the queue
+    /// (at least 1).
     pub fn new(
         def: QueueDef,
+        args: QueueArgs,
         data: mpsc::Sender<QueueCmd>,
         control: mpsc::Sender<QueueCmd>,
+        credit: u32,
     ) -> QueueHandle {
-        QueueHandle(Arc::new(HandleInner { def, data, control }))
+        let credit_max = credit.max(1);
+        QueueHandle(Arc::new(HandleInner {
+            def,
+            args,
+            data,
+            control,
+            credit: Arc::new(Semaphore::new(credit_max as usize)),
+            credit_max,
+        }))
+    }
+
+    pub fn args(&self) -> &QueueArgs {
+        &self.0.args
+    }
+
+    /// Sends a data command without waiting: `Err(Some(cmd))` when the mailbox is full,
+    /// `Err(None)` when the queue has stopped.
+    pub fn try_send_data(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
+        self.0.data.try_send(cmd).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(cmd) => Some(cmd),
+            mpsc::error::TrySendError::Closed(_) => None,
+        })
+    }
+
+    /// Waits until the queue has credit for `messages` more messages in flight and takes it
+    /// (cancel-safe, but a dropped wait loses its turn). A batch larger than the whole credit
+    /// takes all of it, so one batch can always go.
+    pub async fn acquire_credit(&self, messages: usize) -> OwnedSemaphorePermit {
+        let wanted = u32::try_from(messages)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.0.credit_max);
+        self.0
+            .credit
+            .clone()
+            .acquire_many_owned(wanted)
+            .await
+            .expect("invariant: a queue's credit semaphore is never closed")
     }
 
     fn mailbox(&self, cmd: &QueueCmd) -> &mpsc::Sender<QueueCmd> {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::routing::hash::{self, HashOn};
 
 impl VHost {
     pub fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
@@ -37,6 +38,9 @@ impl VHost {
                     resource_name("exchange", &req.name, &self.name)
                 )));
             }
+        }
+        if kind == ExchangeType::ConsistentHash {
+            HashOn::from_arguments(&req.arguments)?;
         }
         let def = self.exchange_def(
             &req.name,
@@ -100,8 +104,17 @@ impl VHost {
     ) -> Result<(), BrokerError> {
         let mut meta = self.meta.lock();
         self.check_binding_ends(&meta, source, &destination, connection)?;
-        if meta.exchanges.get(source).map(|e| e.kind) == Some(ExchangeType::Headers) {
-            MatchMode::from_arguments(&arguments)?;
+        match meta.exchanges.get(source).map(|e| e.kind) {
+            Some(ExchangeType::Headers) => {
+                MatchMode::from_arguments(&arguments)?;
+            }
+            Some(ExchangeType::ConsistentHash) => {
+                hash::binding_weight(routing_key)?;
+            }
+            Some(ExchangeType::LocalRandom) => {
+                check_local_random_binding(&destination, routing_key)?
+            }
+            _ => {}
         }
         let binding = Binding {
             source: Arc::from(source),
@@ -194,6 +207,26 @@ impl VHost {
             }
         }
     }
+}
+
+/// As RabbitMQ 4.0: only queues may be bound to a local-random exchange, with an empty key
+/// (the key would be ignored, so a non-empty one is taken for a mistake).
+fn check_local_random_binding(
+    destination: &Destination,
+    routing_key: &str,
+) -> Result<(), BrokerError> {
+    if !routing_key.is_empty() {
+        return Err(BrokerError::precondition_failed(format!(
+            "x-local-random exchanges do not support routing keys, got '{routing_key}'"
+        )));
+    }
+    if let Destination::Exchange(name) = destination {
+        return Err(BrokerError::precondition_failed(format!(
+            "cannot bind exchange '{name}' to an x-local-random exchange: only queues can be \
+             bound to a local random exchange"
+        )));
+    }
+    Ok(())
 }
 
 fn check_equivalent_exchange(

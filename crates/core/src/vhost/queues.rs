@@ -41,8 +41,9 @@ impl VHost {
             auto_delete: req.auto_delete,
             arguments: req.arguments,
         };
+        let args = QueueArgs::from_def(&def)?;
         let persistent = def.durable && def.exclusive_owner.is_none();
-        let handle = self.spawn_queue(def, None);
+        let handle = self.spawn_queue(def, args, None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         if persistent {
@@ -66,7 +67,7 @@ impl VHost {
             arguments: Table::new(),
         };
         let mut meta = self.meta.lock();
-        let handle = self.spawn_queue(def, None);
+        let handle = self.spawn_queue(def, QueueArgs::default(), None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         Ok(handle)

@@ -130,7 +130,7 @@ impl Connection {
     }
 
     /// Answers connection.tune: frame_max and channel_max as the broker proposes (or lower if
-    /// the URI asks), heartbeat as this run asks.
+    /// the URI asks), heartbeat as the Java client (so PerfTest) negotiates it.
     fn tune(&mut self, endpoint: &Endpoint, tune: &wire::ConnectionTune, heartbeat_s: u16) {
         let proposed_frame_max = if tune.frame_max == 0 {
             FRAME_MAX_DEFAULT
@@ -146,6 +146,7 @@ impl Connection {
             (proposed, Some(asked)) => proposed.min(asked),
             (proposed, None) => proposed,
         };
+        let heartbeat_s = negotiated_heartbeat(heartbeat_s, tune.heartbeat);
         self.frame_max = frame_max;
         self.heartbeat = Duration::from_secs(u64::from(heartbeat_s));
         self.send(
@@ -420,6 +421,18 @@ impl Connection {
     }
 }
 
+/// The heartbeat interval (s) to use, as the Java client's `negotiatedMaxValue` picks it: 0 on
+/// either side takes the other side's value, else the smaller. PerfTest asks for 0 unless `-b`
+/// says otherwise, so against a broker that proposes 60 (RabbitMQ's and Warren's default) its
+/// connections run with 60 s heartbeats; this tool's do the same.
+pub fn negotiated_heartbeat(asked_s: u16, proposed_s: u16) -> u16 {
+    if asked_s == 0 || proposed_s == 0 {
+        asked_s.max(proposed_s)
+    } else {
+        asked_s.min(proposed_s)
+    }
+}
+
 /// TCP connect (bound to `source`, any port, when given) with a bounded wait and errors that
 /// say what to check.
 async fn connect(address: &str, source: Option<IpAddr>) -> Result<TcpStream, PerfError> {
@@ -528,4 +541,19 @@ fn client_properties() -> FieldTable {
     properties.insert("platform", text("Rust"));
     properties.insert("capabilities", FieldValue::Table(capabilities));
     properties
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_are_negotiated_as_the_java_client_does() {
+        // PerfTest's default -b 0 takes the broker's 60 s
+        assert_eq!(negotiated_heartbeat(0, 60), 60);
+        assert_eq!(negotiated_heartbeat(5, 60), 5);
+        assert_eq!(negotiated_heartbeat(600, 60), 60);
+        assert_eq!(negotiated_heartbeat(5, 0), 5);
+        assert_eq!(negotiated_heartbeat(0, 0), 0);
+    }
 }

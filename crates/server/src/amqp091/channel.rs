@@ -58,6 +58,9 @@ pub struct Confirms {
     pub acked: u64,
     /// Confirms waiting for their publishes to be safe, oldest first: sent in this order.
     pub waiting: VecDeque<WaitingConfirm>,
+    /// Sequence numbers of unconfirmed publishes a queue refused (nacked when their turn
+    /// comes), ascending; bounded by the unconfirmed publishes.
+    pub rejected: VecDeque<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -4,6 +4,9 @@
 //! Turn: read what the socket has -> decode every complete frame -> hand publishes to queues
 //! in per-queue batches (waiting when a queue's mailbox is full, which stops reading: credit
 //! flow to the client) -> send confirms -> write deliveries -> grant consumer credit -> flush.
+//!
+//! While a resource alarm is in effect, a connection that publishes stops reading (see
+//! `throttle.rs`); it keeps writing deliveries and heartbeats.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Me
 use super::channel::Channel;
 use super::fault::{Cause, Fault};
 use super::publish::Pending;
+use super::throttle::Throttle;
 use super::writer::Writer;
 use crate::config::Config;
 
@@ -33,6 +37,11 @@ use crate::config::Config;
 /// do not.
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
+/// A read goes into what is left of the current buffer while at least this much is: a new
+/// buffer is taken only when it is nearly full. Messages are slices of the buffer they were
+/// read into and keep all of it alive, so a buffer per small read would make each queued
+/// message of a slow publisher cost a whole chunk.
+const READ_SPACE_MIN_BYTES: usize = 1024;
 /// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
@@ -58,6 +67,7 @@ pub struct Tuning {
 pub struct ClientCaps {
     pub consumer_cancel_notify: bool,
     pub authentication_failure_close: bool,
+    pub connection_blocked: bool,
 }
 
 pub struct Connection {
@@ -79,8 +89,9 @@ pub struct Connection {
     pub(super) tuning: Tuning,
     pub(super) caps: ClientCaps,
     pub(super) pending: Pending,
+    pub(super) throttle: Throttle,
     /// Heartbeat ticks (half intervals) since the peer last sent anything.
-    read_idle_ticks: u32,
+    pub(super) read_idle_ticks: u32,
     /// Whether anything was written since the last heartbeat tick.
     wrote_since_tick: bool,
     closed_by_client: bool,
@@ -96,6 +107,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         channel_max: shared.config.channel_max,
         heartbeat: shared.config.heartbeat,
     };
+    let throttle = Throttle::new(shared.broker.alarms().subscribe());
     let mut conn = Connection {
         id,
         shared,
@@ -113,6 +125,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         tuning,
         caps: ClientCaps::default(),
         pending: Pending::default(),
+        throttle,
         read_idle_ticks: 0,
         wrote_since_tick: false,
         closed_by_client: false,
@@ -191,8 +204,9 @@ impl Connection {
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
         loop {
+            let blocked = self.throttle.is_blocked();
             tokio::select! {
-                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk) => {
+                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk), if !blocked => {
                     let (read, space) = read?;
                     if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
@@ -202,6 +216,7 @@ impl Connection {
                     self.on_read().await?;
                     self.give_back_read_buffer();
                 }
+                () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
                 _ = tick(&mut ticker) => self.on_tick(heartbeat)?,
@@ -224,9 +239,23 @@ impl Connection {
     /// little (its reserve is at the minimum: an idle one holds no buffer while it waits), or
     /// after a burst. A busy connection keeps its buffer, whose reserve doubles while reads
     /// fill it, so that a publisher gets many frames per syscall.
+    ///
+    /// A quiet publisher's buffer is kept while messages still slice it and it has room: the
+    /// memory stays taken by them anyway, and its next messages go into the same block instead
+    /// of a new one each (`read_into`).
     fn give_back_read_buffer(&mut self) {
+        if !self.rbuf.is_empty() {
+            return;
+        }
         let quiet = self.read_chunk == READ_CHUNK_MIN_BYTES;
-        if self.rbuf.is_empty() && (quiet || self.rbuf.capacity() > self.read_chunk * 2) {
+        if quiet {
+            let room = self.rbuf.capacity() >= READ_SPACE_MIN_BYTES;
+            // Succeeds (at no cost) only when nothing else holds the allocation.
+            let shared = !self.rbuf.try_reclaim(self.rbuf.capacity());
+            if !(shared && room) {
+                self.rbuf = BytesMut::new();
+            }
+        } else if self.rbuf.capacity() > self.read_chunk * 2 {
             self.rbuf = BytesMut::new();
         }
     }
@@ -242,7 +271,10 @@ impl Connection {
     /// Runs every half heartbeat interval: a peer silent for two whole intervals is gone; an
     /// idle half interval on our side gets a heartbeat frame.
     fn on_tick(&mut self, heartbeat: Duration) -> Result<(), Fault> {
-        self.read_idle_ticks += 1;
+        if !self.throttle.is_blocked() {
+            // A blocked connection does not read: the client's heartbeats wait in the socket.
+            self.read_idle_ticks += 1;
+        }
         if self.read_idle_ticks > 4 {
             tracing::warn!(
                 connection = self.id,
@@ -261,14 +293,17 @@ impl Connection {
     }
 
     /// Decodes and handles every complete frame in the read buffer, then hands the publishes
-    /// they carried to their queues (also when a frame ends the connection).
-    async fn on_read(&mut self) -> Result<(), Fault> {
+    /// they carried to their queues (also when a frame ends the connection). Publish content
+    /// during an alarm stops it at that frame.
+    pub(super) async fn on_read(&mut self) -> Result<(), Fault> {
+        self.throttle.refresh();
         let outcome = loop {
             let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(Fault::decode(&error)),
             };
+            let content = matches!(frame, Frame::Header { .. } | Frame::Body { .. });
             // Publishes, their content and acks are handled without a future; every other
             // frame through a boxed one: the connection future is as large as its largest
             // await, and every idle connection holds it.
@@ -290,6 +325,9 @@ impl Connection {
                         .await
                 }
                 Err(fault) => break Err(fault),
+            }
+            if content && self.throttle.is_blocking() && self.block() {
+                break Ok(());
             }
         };
         self.flush_pending().await;
@@ -459,7 +497,11 @@ async fn read_into(
     if rbuf.capacity() == 0 {
         reader.readable().await?;
     }
-    rbuf.reserve(chunk);
+    // A quiet connection reads into what is left of its buffer while enough is; a busy one
+    // always has a whole chunk of room (see `give_back_read_buffer`).
+    if chunk > READ_CHUNK_MIN_BYTES || rbuf.capacity() - rbuf.len() < READ_SPACE_MIN_BYTES {
+        rbuf.reserve(chunk);
+    }
     let space = rbuf.capacity() - rbuf.len();
     let read = reader.read_buf(rbuf).await?;
     Ok((read, space))

@@ -19,6 +19,7 @@ use warren_proto::amqp091::{
     BasicGetEmpty, BasicGetOk, Method, ShortStr,
 };
 
+use super::annotations;
 use super::channel::{Confirms, Unacked};
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
@@ -385,8 +386,9 @@ impl Connection {
         });
         let message = &delivery.message;
         let frame_max = self.tuning.frame_max;
+        let properties = annotations::delivery_properties(message);
         self.out
-            .content(id, &method, &message.properties, &message.body, frame_max);
+            .content(id, &method, &properties, &message.body, frame_max);
         Ok(())
     }
 
@@ -469,6 +471,7 @@ impl Connection {
         match event {
             Event::Deliver(delivery) => self.deliver(delivery),
             Event::Confirmed { ticket, ok } => self.on_confirmed(ticket, ok),
+            Event::PublishRejected { tags } => self.on_publish_rejected(&tags),
             Event::ConsumerCancelled {
                 channel: id,
                 consumer,
@@ -543,8 +546,9 @@ impl Connection {
             exchange: exchange_of(message),
             routing_key: routing_key_of(message),
         });
+        let properties = annotations::delivery_properties(message);
         self.out
-            .content(id, &method, &message.properties, &message.body, frame_max);
+            .content(id, &method, &properties, &message.body, frame_max);
     }
 
     /// Writes deliveries the channel-wide prefetch held back, as far as settlements made room.

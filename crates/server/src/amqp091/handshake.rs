@@ -68,6 +68,7 @@ impl Connection {
             let flag = |name: &str| caps.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
             self.caps.consumer_cancel_notify = flag("consumer_cancel_notify");
             self.caps.authentication_failure_close = flag("authentication_failure_close");
+            self.caps.connection_blocked = flag("connection.blocked");
         }
         let mechanism = start_ok.mechanism.as_str();
         let credentials = match mechanism {

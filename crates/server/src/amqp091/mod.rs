@@ -1,5 +1,6 @@
 //! AMQP 0.9.1: one task per connection (see `connection.rs` for the turn it runs).
 
+mod annotations;
 mod channel;
 mod connection;
 mod consume;
@@ -7,6 +8,7 @@ mod convert;
 mod fault;
 mod handshake;
 mod publish;
+mod throttle;
 mod writer;
 
 pub use connection::{serve, Shared};

@@ -9,12 +9,13 @@ use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
-use warren_core::value::Table;
+use warren_core::routing::MessageFields;
 use warren_proto::amqp091::{
     self as wire, reply_code, BasicAck, BasicNack, BasicProperties, BasicPublish, BasicReturn,
     ContentHeader, Method,
 };
 
+use super::annotations;
 use super::channel::{Unacked, WaitingConfirm};
 use super::connection::Connection;
 use super::convert::table_to_core;
@@ -26,6 +27,11 @@ const PUBLISH_CAUSE: Cause = Cause {
     method_id: 40,
 };
 pub const REPLY_TO_PSEUDO_QUEUE: &str = "amq.rabbitmq.reply-to";
+/// A publish's tag for queues that may refuse it: channel id above this many bits, the
+/// channel's confirm sequence number below (2^48 publishes per channel).
+const TAG_SEQ_BITS: u32 = 48;
+/// The tag of a publish nobody waits to hear about (no confirm mode).
+const NO_TAG: u64 = u64::MAX;
 
 /// A publish whose content is still arriving.
 pub struct Assembly {
@@ -42,10 +48,18 @@ pub struct TxBuffer {
     settles: Vec<(SettleOp, Unacked)>,
 }
 
+/// The publishes for one queue collected in one read.
+struct QueueBatch {
+    queue: QueueHandle,
+    messages: Vec<Arc<Message>>,
+    /// For queues that may refuse publishes: each message's tag (see `TAG_SEQ_BITS`).
+    tags: Vec<u64>,
+}
+
 /// Publishes and settlements collected while decoding one read, sent per queue in batches.
 #[derive(Default)]
 pub struct Pending {
-    publishes: FxHashMap<usize, (QueueHandle, Vec<Arc<Message>>)>,
+    publishes: FxHashMap<usize, QueueBatch>,
     settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
     confirm_channels: Vec<u16>,
     /// Identifies the next confirm ticket of this connection.
@@ -55,12 +69,19 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>) {
-        self.publishes
+    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
+        let batch = self
+            .publishes
             .entry(queue.key())
-            .or_insert_with(|| (queue.clone(), Vec::new()))
-            .1
-            .push(message);
+            .or_insert_with(|| QueueBatch {
+                queue: queue.clone(),
+                messages: Vec::new(),
+                tags: Vec::new(),
+            });
+        batch.messages.push(message);
+        if queue.args().rejects_publishes() {
+            batch.tags.push(tag);
+        }
     }
 
     pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
@@ -185,16 +206,23 @@ impl Connection {
         let publish = assembly.publish;
         self.check_user_id(id, &header.properties)?;
         let properties = self.rewrite_reply_to(id, header.properties)?;
+        let (properties, cc) = sender_selected(properties)
+            .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
+        let expiration_ms = annotations::expiration_ms(&properties)
+            .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
         let message = Arc::new(Message {
             format: Format::Amqp091,
             exchange: publish.exchange.to_bytes(),
             routing_key: publish.routing_key.to_bytes(),
             persistent: wire::peek_delivery_mode(&properties) == Some(2),
+            priority: wire::peek_priority(&properties).unwrap_or(0),
+            expiration_ms,
+            deaths: None,
             properties,
             body,
         });
         let mut targets = Vec::new();
-        self.route(id, &message, &mut targets)?;
+        self.route(id, &message, &cc, &mut targets)?;
         let channel = self
             .channels
             .get_mut(&id)
@@ -203,13 +231,15 @@ impl Connection {
             tx.publishes.push((targets, message, publish.mandatory));
             return Ok(());
         }
+        let mut tag = NO_TAG;
         if let Some(confirm) = channel.confirm.as_mut() {
             confirm.published += 1;
+            tag = (u64::from(id) << TAG_SEQ_BITS) | confirm.published;
             if !self.pending.confirm_channels.contains(&id) {
                 self.pending.confirm_channels.push(id);
             }
         }
-        self.deliver_published(id, targets, message, publish.mandatory);
+        self.deliver_published(id, targets, message, publish.mandatory, tag);
         Ok(())
     }
 
@@ -221,6 +251,7 @@ impl Connection {
         targets: Vec<QueueHandle>,
         message: Arc<Message>,
         mandatory: bool,
+        tag: u64,
     ) {
         if targets.is_empty() {
             if mandatory {
@@ -237,27 +268,44 @@ impl Connection {
             return;
         }
         for queue in &targets {
-            self.pending.publish(queue, message.clone());
+            self.pending.publish(queue, message.clone(), tag);
         }
     }
 
+    /// Routes on the message's routing key and its sender-selected keys (`cc`: the `CC` and
+    /// `BCC` headers' routing keys, usually none).
     fn route(
         &mut self,
         id: u16,
         message: &Message,
+        cc: &[String],
         targets: &mut Vec<QueueHandle>,
     ) -> Result<(), Fault> {
         let vhost = self.vhost();
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
-        let mut headers = || -> Option<Table> {
-            let properties = BasicProperties::decode(&message.properties).ok()?;
-            properties.headers.as_ref().map(table_to_core)
+        let mut fields = || -> MessageFields {
+            let Ok(properties) = BasicProperties::decode(&message.properties) else {
+                return MessageFields::default();
+            };
+            MessageFields {
+                headers: properties.headers.as_ref().map(table_to_core),
+                message_id: properties.message_id.map(|v| v.as_str().to_owned()),
+                correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
+                timestamp: properties.timestamp,
+            }
         };
-        vhost
-            .snapshot()
-            .route(exchange, routing_key, &mut headers, targets)
-            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))
+        let snapshot = vhost.snapshot();
+        let routed = if cc.is_empty() {
+            let keys = std::slice::from_ref(&routing_key);
+            snapshot.route(exchange, keys, &mut fields, targets)
+        } else {
+            let mut keys = Vec::with_capacity(cc.len() + 1);
+            keys.push(routing_key);
+            keys.extend(cc.iter().map(String::as_str));
+            snapshot.route(exchange, &keys, &mut fields, targets)
+        };
+        routed.map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))
     }
 
     /// As RabbitMQ: a `user_id` property must name the authenticated user.
@@ -324,8 +372,18 @@ impl Connection {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
-        for (_, (queue, batch)) in publishes.drain() {
-            let waits = stores_durably(&queue) && batch.iter().any(|m| m.persistent);
+        for (
+            _,
+            QueueBatch {
+                queue,
+                messages: batch,
+                tags,
+            },
+        ) in publishes.drain()
+        {
+            // A queue that may refuse publishes answers before they are confirmed.
+            let waits = (stores_durably(&queue) && batch.iter().any(|m| m.persistent))
+                || tags.iter().any(|&tag| tag != NO_TAG);
             let confirm = waits.then(|| {
                 ticket
                     .get_or_insert_with(|| {
@@ -335,7 +393,7 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, batch, confirm).await;
+            self.send_publishes(&queue, batch, confirm, tags).await;
         }
         // What this flush's confirms wait for, if anything.
         let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
@@ -398,8 +456,27 @@ impl Connection {
         }
     }
 
+    /// Queues refused these publishes (`x-overflow=reject-publish`): they are nacked when
+    /// their confirms go out.
+    pub(super) fn on_publish_rejected(&mut self, tags: &[u64]) {
+        for &tag in tags.iter().filter(|&&tag| tag != NO_TAG) {
+            let id = u16::try_from(tag >> TAG_SEQ_BITS).unwrap_or(0);
+            let seq = tag & ((1 << TAG_SEQ_BITS) - 1);
+            let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
+                continue;
+            };
+            if seq <= confirm.acked || seq > confirm.published {
+                continue; // not this channel's current publishes (closed and reopened)
+            }
+            let at = confirm.rejected.partition_point(|&s| s < seq);
+            if confirm.rejected.get(at) != Some(&seq) {
+                confirm.rejected.insert(at, seq);
+            }
+        }
+    }
+
     /// Sends the confirms at the head of the channel's queue that no ticket holds back,
-    /// coalesced into `multiple` acks and nacks.
+    /// coalesced into `multiple` acks and nacks; a publish a queue refused is nacked alone.
     fn send_confirms(&mut self, id: u16) {
         let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
             return;
@@ -411,14 +488,28 @@ impl Connection {
                 break;
             }
             confirm.waiting.pop_front();
-            if waiting.ok {
-                ack_up_to = Some(waiting.up_to);
+            if !waiting.ok {
+                if let Some(up_to) = ack_up_to.take() {
+                    methods.push(confirm_method(confirm, up_to, true));
+                }
+                methods.push(confirm_method(confirm, waiting.up_to, false));
+                confirm.rejected.retain(|&seq| seq > waiting.up_to);
                 continue;
             }
-            if let Some(up_to) = ack_up_to.take() {
-                methods.push(confirm_method(confirm, up_to, true));
+            while let Some(&seq) = confirm.rejected.front().filter(|&&s| s <= waiting.up_to) {
+                confirm.rejected.pop_front();
+                if seq <= confirm.acked {
+                    continue;
+                }
+                if seq - 1 > confirm.acked {
+                    methods.push(confirm_method(confirm, seq - 1, true));
+                }
+                ack_up_to = None; // covered by the ack just sent
+                methods.push(confirm_method(confirm, seq, false));
             }
-            methods.push(confirm_method(confirm, waiting.up_to, false));
+            if waiting.up_to > confirm.acked {
+                ack_up_to = Some(waiting.up_to);
+            }
         }
         if let Some(up_to) = ack_up_to {
             methods.push(confirm_method(confirm, up_to, true));
@@ -436,14 +527,26 @@ impl Connection {
         queue: &QueueHandle,
         batch: Vec<Arc<Message>>,
         confirm: Option<ConfirmTicket>,
+        tags: Vec<u64>,
     ) {
         let outbox = self.outbox.clone();
+        // Credit first (waiting in turn with the queue's other publishers), then a mailbox
+        // slot; meanwhile this connection keeps serving its own consumers.
+        let credit = queue.acquire_credit(batch.len());
+        tokio::pin!(credit);
+        let mut credit_taken = None;
         loop {
             tokio::select! {
-                permit = queue.reserve_data() => {
+                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
+                permit = queue.reserve_data(), if credit_taken.is_some() => {
                     // A queue deleted meanwhile drops the batch: the route was taken before.
                     if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish { messages: batch, confirm });
+                        permit.send(QueueCmd::Publish {
+                            messages: batch,
+                            confirm,
+                            tags,
+                            credit: credit_taken,
+                        });
                     }
                     return;
                 }
@@ -484,7 +587,7 @@ impl Connection {
                 .expect("invariant: caller checked tx mode"),
         );
         for (targets, message, mandatory) in tx.publishes {
-            self.deliver_published(id, targets, message, mandatory);
+            self.deliver_published(id, targets, message, mandatory, NO_TAG);
         }
         for (op, unacked) in tx.settles {
             self.pending.settle(&unacked.queue, op, unacked.seq);
@@ -549,6 +652,54 @@ pub(super) fn exchange_of(message: &Message) -> wire::ShortStr {
 
 pub(super) fn routing_key_of(message: &Message) -> wire::ShortStr {
     wire::ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default()
+}
+
+/// Sender-selected distribution: the routing keys in the `CC` and `BCC` headers (arrays of
+/// strings), with `BCC` removed from the properties. Only properties whose bytes contain a `CC`
+/// or `BCC` table key are decoded, and only those with a `BCC` header are re-encoded: every
+/// other message passes through untouched. A `CC`/`BCC` header that is not an array is refused
+/// (406), as RabbitMQ refuses it ("unacceptable type in header").
+fn sender_selected(raw: Bytes) -> Result<(Bytes, Vec<String>), String> {
+    const HEADERS_FLAG: u8 = 0x20; // bit 13 of the flags word: headers present
+    const MARKERS: [&[u8]; 2] = [b"\x02CC", b"\x03BCC"]; // the keys as short strings
+    if raw.first().is_none_or(|high| high & HEADERS_FLAG == 0)
+        || !MARKERS
+            .iter()
+            .any(|m| raw.windows(m.len()).any(|w| w == *m))
+    {
+        return Ok((raw, Vec::new()));
+    }
+    let Ok(mut properties) = BasicProperties::decode(&raw) else {
+        return Ok((raw, Vec::new())); // validated when the frame was decoded
+    };
+    let Some(headers) = properties.headers.as_mut() else {
+        return Ok((raw, Vec::new()));
+    };
+    let mut keys = Vec::new();
+    let mut bcc = false;
+    for name in ["CC", "BCC"] {
+        match headers.get(name) {
+            None => {}
+            Some(wire::FieldValue::Array(values)) => {
+                bcc |= name == "BCC";
+                keys.extend(values.iter().filter_map(|v| v.as_str()).map(str::to_owned));
+            }
+            Some(other) => {
+                return Err(format!(
+                    "invalid message: unacceptable type in header {name}: expected an array \
+                     of longstr, got type '{}'",
+                    char::from(other.tag())
+                ))
+            }
+        }
+    }
+    if !bcc {
+        return Ok((raw, keys));
+    }
+    headers.0.retain(|(key, _)| key.as_str() != "BCC");
+    let mut out = BytesMut::with_capacity(raw.len());
+    properties.encode(&mut out);
+    Ok((out.freeze(), keys))
 }
 
 fn join(chunks: Vec<Bytes>) -> Bytes {

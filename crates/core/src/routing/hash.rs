@@ -1,0 +1,295 @@
+//! Hash-based routing: the consistent-hash exchange (`x-consistent-hash`) and the modulus-hash
+//! exchange (`x-modulus-hash`).
+//!
+//! Both hash a message key (its routing key, or for the consistent-hash exchange a header or
+//! property) with [`key_hash`]: 64-bit FNV-1a over the key's bytes, finished with MurmurHash3's
+//! `fmix64` avalanche step so that every output bit depends on every input bit (FNV alone leaves
+//! the low bits weak, and the modulus exchange uses exactly those). The function is fixed and
+//! seedless, so placement survives restarts and is the same on every node; it is not the
+//! `erlang:phash2` RabbitMQ uses, so a key may land on another queue than in RabbitMQ, but with
+//! the same proportions and the same stability.
+//!
+//! The consistent-hash exchange gives each binding as many buckets as its weight (the binding
+//! key), in binding order, and picks a bucket with the jump consistent hash of Lamping and Veach
+//! ("A Fast, Minimal Memory, Consistent Hash Algorithm", 2014), as the RabbitMQ plugin does. A
+//! bucket is found by binary search over cumulative weights, so a weight of a million costs no
+//! memory. Adding a binding moves only the keys that now belong to its buckets.
+
+use crate::error::BrokerError;
+use crate::value::{Table, Value};
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The stable 64-bit hash of a routing key, header value or property (see the module docs).
+pub fn key_hash(key: &[u8]) -> u64 {
+    let mut hash = FNV_OFFSET;
+    for byte in key {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    fmix64(hash)
+}
+
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// Jump consistent hash: a bucket in `0..buckets` for `key` (0 when `buckets` is 0). Growing
+/// `buckets` from n to n+1 moves about 1/(n+1) of the keys, all of them to the new bucket.
+pub fn jump_consistent_hash(mut key: u64, buckets: u64) -> u64 {
+    let mut chosen: u64 = 0;
+    let mut next: u64 = 0;
+    while next < buckets {
+        chosen = next;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        let scale = f64::from(1u32 << 31) / (((key >> 33) + 1) as f64);
+        next = ((chosen + 1) as f64 * scale) as u64;
+    }
+    chosen
+}
+
+/// The modulus-hash pick: an index in `0..destinations` (`None` when there are none).
+pub fn modulus_index(key: &[u8], destinations: usize) -> Option<usize> {
+    let n = u64::try_from(destinations).ok().filter(|n| *n > 0)?;
+    usize::try_from(key_hash(key) % n).ok()
+}
+
+/// The consistent-hash ring: destinations with their weights, in binding order.
+#[derive(Debug)]
+pub struct HashRing<T> {
+    /// Each destination with the end (exclusive) of its bucket range.
+    points: Vec<(u64, T)>,
+}
+
+impl<T> Default for HashRing<T> {
+    fn default() -> Self {
+        HashRing { points: Vec::new() }
+    }
+}
+
+impl<T> HashRing<T> {
+    /// Adds `weight` buckets (at least one) for `value` after the existing ones.
+    pub fn push(&mut self, weight: u32, value: T) {
+        let end = self.buckets() + u64::from(weight.max(1));
+        self.points.push((end, value));
+    }
+
+    pub fn buckets(&self) -> u64 {
+        self.points.last().map_or(0, |(end, _)| *end)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The destination for a key hashed with [`key_hash`].
+    pub fn pick(&self, hash: u64) -> Option<&T> {
+        let bucket = jump_consistent_hash(hash, self.buckets());
+        let at = self.points.partition_point(|(end, _)| *end <= bucket);
+        self.points.get(at).map(|(_, value)| value)
+    }
+}
+
+/// The weight a consistent-hash binding key gives: a positive integer, as the plugin demands.
+pub fn binding_weight(binding_key: &str) -> Result<u32, BrokerError> {
+    let Ok(weight) = binding_key.trim().parse::<i64>() else {
+        return Err(BrokerError::precondition_failed(format!(
+            "The binding key must be an integer: '{binding_key}' (the binding key of an \
+             x-consistent-hash exchange is the weight of its destination)"
+        )));
+    };
+    if weight < 1 {
+        return Err(BrokerError::precondition_failed(format!(
+            "The binding key must be greater than 0, got {weight}"
+        )));
+    }
+    u32::try_from(weight).map_err(|_| {
+        BrokerError::precondition_failed(format!(
+            "The binding key must be at most {}, got {weight}",
+            u32::MAX
+        ))
+    })
+}
+
+/// What a consistent-hash exchange hashes, from its `hash-header` / `hash-property` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashOn {
+    RoutingKey,
+    Header(Box<str>),
+    Property(HashProperty),
+}
+
+/// The message properties a consistent-hash exchange can hash on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashProperty {
+    MessageId,
+    CorrelationId,
+    Timestamp,
+}
+
+impl HashOn {
+    /// Reads and checks the exchange arguments (406 for a bad value, as the plugin).
+    pub fn from_arguments(arguments: &Table) -> Result<HashOn, BrokerError> {
+        let header = arguments.get("hash-header");
+        let property = arguments.get("hash-property");
+        match (header, property) {
+            (None, None) => Ok(HashOn::RoutingKey),
+            (Some(_), Some(_)) => Err(BrokerError::precondition_failed(
+                "hash-header and hash-property are mutually exclusive",
+            )),
+            (Some(value), None) => match value.as_str() {
+                Some(name) if !name.is_empty() => Ok(HashOn::Header(name.into())),
+                _ => Err(BrokerError::precondition_failed(format!(
+                    "Invalid hash-header {value}: expected a non-empty string"
+                ))),
+            },
+            (None, Some(value)) => match value.as_str() {
+                Some("message_id") => Ok(HashOn::Property(HashProperty::MessageId)),
+                Some("correlation_id") => Ok(HashOn::Property(HashProperty::CorrelationId)),
+                Some("timestamp") => Ok(HashOn::Property(HashProperty::Timestamp)),
+                _ => Err(BrokerError::precondition_failed(format!(
+                    "Unsupported property: {value}; hash-property may be message_id, \
+                     correlation_id or timestamp"
+                ))),
+            },
+        }
+    }
+}
+
+/// The bytes a header value is hashed as: a string's bytes, anything else its text form.
+pub fn value_hash(value: &Value) -> u64 {
+    match value {
+        Value::Str(text) => key_hash(text.as_bytes()),
+        Value::Bytes(bytes) => key_hash(bytes),
+        other => key_hash(other.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_hash_is_fixed() {
+        // Placement must not change between builds or restarts.
+        assert_eq!(key_hash(b""), fmix64(FNV_OFFSET));
+        assert_eq!(key_hash(b"order-1"), key_hash(b"order-1"));
+        assert_ne!(key_hash(b"order-1"), key_hash(b"order-2"));
+    }
+
+    #[test]
+    fn jump_hash_stays_in_range_and_moves_keys_only_to_new_buckets() {
+        assert_eq!(jump_consistent_hash(42, 0), 0);
+        assert_eq!(jump_consistent_hash(42, 1), 0);
+        let mut moved = 0;
+        for key in 0..10_000u64 {
+            let hash = key_hash(&key.to_le_bytes());
+            let before = jump_consistent_hash(hash, 10);
+            let after = jump_consistent_hash(hash, 11);
+            assert!(before < 10 && after < 11);
+            if before != after {
+                assert_eq!(after, 10, "a key only moves to the added bucket");
+                moved += 1;
+            }
+        }
+        // About 1/11 of the keys move.
+        assert!((700..1_150).contains(&moved), "moved {moved}");
+    }
+
+    #[test]
+    fn ring_distributes_in_proportion_to_weights() {
+        let mut ring = HashRing::default();
+        for (name, weight) in [("a", 1), ("b", 1), ("c", 2), ("d", 4)] {
+            ring.push(weight, name);
+        }
+        assert_eq!(ring.buckets(), 8);
+        let mut counts = std::collections::HashMap::new();
+        let total = 80_000;
+        for key in 0..total {
+            let picked = ring.pick(key_hash(format!("key-{key}").as_bytes()));
+            *counts.entry(*picked.unwrap()).or_insert(0) += 1;
+        }
+        for (name, weight) in [("a", 1), ("b", 1), ("c", 2), ("d", 4)] {
+            let expected = f64::from(total) * f64::from(weight) / 8.0;
+            let got = f64::from(counts[name]);
+            assert!(
+                (got - expected).abs() < expected * 0.05,
+                "{name}: {got} vs {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_weights_cost_no_memory_and_still_pick() {
+        let mut ring = HashRing::default();
+        ring.push(u32::MAX, 1);
+        ring.push(u32::MAX, 2);
+        assert_eq!(ring.buckets(), 2 * u64::from(u32::MAX));
+        let picks: Vec<i32> = (0..1_000u32)
+            .map(|k| *ring.pick(key_hash(&k.to_le_bytes())).unwrap())
+            .collect();
+        assert!(picks.contains(&1) && picks.contains(&2));
+        assert!(HashRing::<u8>::default().pick(1).is_none());
+    }
+
+    #[test]
+    fn modulus_is_stable_and_spreads() {
+        assert_eq!(modulus_index(b"k", 0), None);
+        let mut counts = [0u32; 4];
+        for key in 0..40_000u32 {
+            let key = format!("{key}");
+            let index = modulus_index(key.as_bytes(), 4).unwrap();
+            assert_eq!(modulus_index(key.as_bytes(), 4), Some(index));
+            counts[index] += 1;
+        }
+        for count in counts {
+            assert!((9_500..10_500).contains(&count), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn binding_weights() {
+        assert_eq!(binding_weight("3").unwrap(), 3);
+        assert_eq!(binding_weight(" 10 ").unwrap(), 10);
+        for bad in ["", "a", "1.5", "0", "-2", "99999999999"] {
+            let error = binding_weight(bad).unwrap_err();
+            assert_eq!(
+                error.kind,
+                crate::error::ErrorKind::PreconditionFailed,
+                "{bad}"
+            );
+        }
+        assert!(binding_weight("x").unwrap_err().text.contains("integer"));
+    }
+
+    #[test]
+    fn hash_on_arguments() {
+        let args = |pairs: &[(&str, &str)]| -> Table {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::Str(v.to_string())))
+                .collect()
+        };
+        assert_eq!(
+            HashOn::from_arguments(&args(&[])).unwrap(),
+            HashOn::RoutingKey
+        );
+        assert_eq!(
+            HashOn::from_arguments(&args(&[("hash-header", "h")])).unwrap(),
+            HashOn::Header("h".into())
+        );
+        assert_eq!(
+            HashOn::from_arguments(&args(&[("hash-property", "timestamp")])).unwrap(),
+            HashOn::Property(HashProperty::Timestamp)
+        );
+        assert!(HashOn::from_arguments(&args(&[("hash-property", "app_id")])).is_err());
+        assert!(
+            HashOn::from_arguments(&args(&[("hash-header", "h"), ("hash-property", "x")])).is_err()
+        );
+    }
+}
