@@ -250,8 +250,9 @@ impl Connection {
         let quiet = self.read_chunk == READ_CHUNK_MIN_BYTES;
         if quiet {
             let room = self.rbuf.capacity() >= READ_SPACE_MIN_BYTES;
-            // Succeeds (at no cost) only when nothing else holds the allocation.
-            let shared = !self.rbuf.try_reclaim(self.rbuf.capacity());
+            // Asking for more than the room left succeeds (at no cost) only when nothing else
+            // holds the allocation: the frames read into it were all dropped.
+            let shared = !self.rbuf.try_reclaim(self.rbuf.capacity() + 1);
             if !(shared && room) {
                 self.rbuf = BytesMut::new();
             }
