@@ -499,15 +499,7 @@ keep_logs() {
 # PREFIX-rss.png.
 draw_charts() {
   local plot
-  plot="${WARREN_PLOT_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/warren-plot}"
-  if [[ ! -x "$plot" ]]; then
-    echo "backlog: building warren-plot: cargo build --release -p warren-plot"
-    (cd "$REPO_ROOT" && cargo build --release -p warren-plot) || {
-      echo "backlog: cannot build warren-plot (or set WARREN_PLOT_BIN); the CSV is $csv"
-      return 1
-    }
-  fi
-  install_chart_font backlog "$csv" || return 1
+  chart_tools backlog "$csv" || return 1
   local disk_name="disk (data dir)" title
   [[ "$mode" == backlog ]] || disk_name="disk (store)"
   awk -F , -v d="$disk_name" 'NR == 1 { print "second,phase,what,mib"; next }

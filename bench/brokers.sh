@@ -220,6 +220,21 @@ require_free_mib() {
   fi
 }
 
+# chart_tools NAME CSV: sets plot to warren-plot (WARREN_PLOT_BIN, else the release build,
+# built when missing) and installs the chart font; CSV is named when either fails.
+chart_tools() {
+  local name="$1" csv="$2"
+  plot="${WARREN_PLOT_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/warren-plot}"
+  if [[ ! -x "$plot" ]]; then
+    echo "$name: building warren-plot: cargo build --release -p warren-plot"
+    (cd "$REPO_ROOT" && cargo build --release -p warren-plot) || {
+      echo "$name: cannot build warren-plot (or set WARREN_PLOT_BIN); the CSV is $csv"
+      return 1
+    }
+  fi
+  install_chart_font "$name" "$csv"
+}
+
 # install_chart_font NAME CSV: warren-plot draws text with DejaVu Sans from Debian's
 # fonts-dejavu-core; installs it when missing (CSV is named when that fails).
 install_chart_font() {

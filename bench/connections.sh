@@ -488,15 +488,7 @@ compare_row() {
 draw_chart() {
   local png="$1" plot
   [[ "$(wc -l <"$csv")" -gt 1 ]] || return 0
-  plot="${WARREN_PLOT_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/warren-plot}"
-  if [[ ! -x "$plot" ]]; then
-    echo "connections: building warren-plot: cargo build --release -p warren-plot"
-    (cd "$REPO_ROOT" && cargo build --release -p warren-plot) || {
-      echo "connections: cannot build warren-plot; the CSV is $csv"
-      return 1
-    }
-  fi
-  install_chart_font connections "$csv" || return 1
+  chart_tools connections "$csv" || return 1
   "$plot" --csv "$csv" --x second --y rss_mib --series broker --marks phase \
     --title "Broker RSS: $connections idle connections x 2 channels, held ${hold_s}s" \
     --x-label "seconds since broker start" --y-label "RSS (MiB)" --out "$png" || return 1

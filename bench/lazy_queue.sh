@@ -247,15 +247,7 @@ summarise() {
 # draw_charts PREFIX: PREFIX-rss.png and PREFIX-ready.png from the CSV.
 draw_charts() {
   local prefix="$1" plot
-  plot="${WARREN_PLOT_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/warren-plot}"
-  if [[ ! -x "$plot" ]]; then
-    echo "lazy-queue: building warren-plot: cargo build --release -p warren-plot"
-    (cd "$REPO_ROOT" && cargo build --release -p warren-plot) || {
-      echo "lazy-queue: cannot build warren-plot; the CSV is $csv"
-      return 1
-    }
-  fi
-  install_chart_font lazy-queue "$csv" || return 1
+  chart_tools lazy-queue "$csv" || return 1
   local title="$messages persistent messages of $size B into one durable queue, rest" \
     title_end="${rest_s}s, consume"
   "$plot" --csv "$csv" --x second --y rss_mib --series broker --marks phase \

@@ -206,12 +206,7 @@ run_phase() {
 # draw_charts: the PNGs listed in the header.
 draw_charts() {
   local prefix="$out_dir/overload-$stamp" plot status=0
-  plot="${WARREN_PLOT_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/warren-plot}"
-  if [[ ! -x "$plot" ]]; then
-    echo "overload: building warren-plot: cargo build --release -p warren-plot"
-    (cd "$REPO_ROOT" && cargo build --release -p warren-plot) || return 1
-  fi
-  install_chart_font overload "$csv" || return 1
+  chart_tools overload "$csv" || return 1
   local phase jsons
   for phase in calm backlog; do
     mapfile -t jsons < <(ls "$prefix"-rabbitmq-$phase.json "$prefix"-warren-$phase.json \
@@ -227,7 +222,7 @@ draw_charts() {
   "$plot" --csv "$run_csv" --x second --y messages_ready --series broker --marks phase \
     --title "Ready messages in the phase's queue" --x-label "seconds of the broker's phases" \
     --y-label "messages ready" --out "$prefix-ready.png" || status=1
-  if [[ -s "$prefix-sweep.csv" ]]; then
+  if [[ -f "$prefix-sweep.csv" && "$(wc -l <"$prefix-sweep.csv")" -gt 1 ]]; then
     "$plot" --csv "$prefix-sweep.csv" --x attempted_rate --y latency_ms --series series \
       --title "Consumer latency against attempted publish rate (1 producer, 1 autoack consumer, 12 B)" \
       --x-label "attempted rate (msg/s)" --y-label "latency (ms)" \
