@@ -191,7 +191,7 @@ run_phase() {
   esac
   local log="$work_dir/perf-$name-$phase.log"
   timeout --kill-after=10 "$timeout_s" "$perf_bin" perf --uri "$uri" "${args[@]}" \
-    --json "$json" >"$log" 2>&1 </dev/null || status=$?
+    --label "$name" --json "$json" >"$log" 2>&1 </dev/null || status=$?
   stop_sampler
   stop_broker "$name"
   if [[ $status -ne 0 ]]; then
