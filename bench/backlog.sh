@@ -160,14 +160,6 @@ parse_args() {
   [[ -n "$timeout_s" ]] || timeout_s=$((300 + count_of_run / 2000))
 }
 
-# say TEXT...: prints a line and keeps it in the summary file.
-say() {
-  echo "$*"
-  if [[ -n "$summary" ]]; then
-    echo "$*" >>"$summary"
-  fi
-}
-
 # check WHAT OK: a PASS or FAIL line; a FAIL is counted.
 check() {
   if [[ "$2" == 1 ]]; then

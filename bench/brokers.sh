@@ -220,6 +220,14 @@ require_free_mib() {
   fi
 }
 
+# say TEXT...: prints a line and, once the sourcing script has set summary, keeps it there.
+say() {
+  echo "$*"
+  if [[ -n "${summary:-}" ]]; then
+    echo "$*" >>"$summary"
+  fi
+}
+
 # chart_tools NAME CSV: sets plot to warren-plot (WARREN_PLOT_BIN, else the release build,
 # built when missing) and installs the chart font; CSV is named when either fails.
 chart_tools() {

@@ -122,14 +122,6 @@ parse_args() {
   done
 }
 
-# say TEXT...: prints a line and keeps it in the summary file.
-say() {
-  echo "$*"
-  if [[ -n "$summary" ]]; then
-    echo "$*" >>"$summary"
-  fi
-}
-
 # check_machine: everything N connections need, checked before anything starts; every
 # blocker is named with its fix, and the largest N this machine allows is suggested.
 check_machine() {

@@ -133,14 +133,6 @@ parse_args() {
   done
 }
 
-# say TEXT...: prints a line and keeps it in the summary file.
-say() {
-  echo "$*"
-  if [[ -n "$summary" ]]; then
-    echo "$*" >>"$summary"
-  fi
-}
-
 # check_disk: RabbitMQ writes every message to the temporary directory; ask for twice the
 # bodies' size free there.
 check_disk() {

@@ -128,11 +128,6 @@ positive() {
   echo "$2"
 }
 
-say() {
-  echo "$*"
-  [[ -z "$summary" ]] || echo "$*" >>"$summary"
-}
-
 # perf_binary: `warren perf` is part of the broker binary.
 perf_binary() {
   perf_bin="$(warren_binary)"
