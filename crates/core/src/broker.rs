@@ -12,6 +12,7 @@ use warren_store::{Store, StoreConfig};
 
 use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
 use crate::queue::classic::Storage;
+use crate::registry::Registry;
 use crate::vhost::VHost;
 
 /// How the broker keeps messages on disk and how much it lets flow into a queue.
@@ -42,6 +43,8 @@ pub struct Broker {
     alarms: Alarms,
     /// Client connections past their handshake (see `OpenConnection`).
     open_connections: AtomicUsize,
+    /// Open connections, channels and consumers for the management API.
+    registry: Arc<Registry>,
 }
 
 /// Counts one client connection as open for as long as it lives
@@ -98,6 +101,7 @@ impl Broker {
             store,
             alarms: Alarms::default(),
             open_connections: AtomicUsize::new(0),
+            registry: Arc::default(),
         }))
     }
 
@@ -152,6 +156,18 @@ impl Broker {
     /// Client connections open now: past their handshake and not yet torn down.
     pub fn connection_count(&self) -> usize {
         self.open_connections.load(Ordering::Relaxed)
+    }
+
+    /// Open connections, their channels and consumers (management API).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The virtual hosts, sorted by name.
+    pub fn vhost_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.vhosts.read().keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// A fresh id for connections and consumers.

@@ -12,6 +12,7 @@ pub mod exchange;
 pub mod limits;
 pub mod message;
 pub mod queue;
+pub mod registry;
 pub mod routing;
 pub mod value;
 pub mod vhost;

@@ -112,6 +112,19 @@ impl VHost {
         &self.name
     }
 
+    /// Every exchange of the vhost (management API), sorted by name.
+    pub fn exchanges(&self) -> Vec<ExchangeDef> {
+        let mut exchanges: Vec<ExchangeDef> =
+            self.meta.lock().exchanges.values().cloned().collect();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        exchanges
+    }
+
+    /// Every binding of the vhost (management API), in the order they were made.
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.meta.lock().bindings.clone()
+    }
+
     /// The current routing snapshot; cheap, lock-free.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<RoutingSnapshot>> {
         self.snapshot.load()

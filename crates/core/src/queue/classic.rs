@@ -40,7 +40,8 @@ use crate::limits::{
 };
 use crate::message::Message;
 use crate::queue::{
-    GetOk, Overflow, QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueInfo, SettleOp,
+    GetOk, Overflow, QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueInfo, QueueStatsSnapshot,
+    SettleOp,
 };
 use crate::vhost::VHost;
 
@@ -184,6 +185,7 @@ async fn run(
             queue.handle(cmd);
         }
         queue.dispatch(); // one write to the store, then deliveries and dead letters
+        queue.store_stats();
         match queue.state {
             State::Running => {}
             State::Deleted => {
@@ -260,6 +262,8 @@ pub struct ClassicQueue {
     staged: Vec<(Arc<Outbox>, Vec<Event>)>,
     /// Paged-out messages read back ahead of delivery (see `read_ahead`), by seq.
     read_ahead: FxHashMap<u64, (Arc<Message>, Option<u64>)>,
+    /// Running totals copied to the handle's stats once per turn.
+    totals: QueueStatsSnapshot,
 }
 
 impl ClassicQueue {
@@ -286,6 +290,7 @@ impl ClassicQueue {
             last_dispatch: Instant::now(),
             staged: Vec::new(),
             read_ahead: FxHashMap::default(),
+            totals: QueueStatsSnapshot::default(),
         }
     }
 
@@ -454,6 +459,15 @@ impl ClassicQueue {
         flow
     }
 
+    /// Copies this turn's figures to the handle, for the management API (no per-message cost).
+    fn store_stats(&mut self) {
+        let totals = &mut self.totals;
+        totals.messages_ready = self.ready.len() as u64;
+        totals.messages_unacknowledged = self.unacked.len() as u64;
+        totals.consumers = self.consumers.len() as u64;
+        self.handle.stats_cell().store(totals);
+    }
+
     fn info(&self) -> QueueInfo {
         QueueInfo {
             messages: u32::try_from(self.ready.len()).unwrap_or(u32::MAX),
@@ -471,6 +485,7 @@ impl ClassicQueue {
     ) {
         let mut written = false;
         let mut rejected = Vec::new();
+        self.totals.published_total += messages.len() as u64;
         for (index, message) in messages.into_iter().enumerate() {
             if self.args.rejects_publishes() && self.would_overflow(&message) {
                 rejected.extend(tags.get(index).copied());
@@ -768,6 +783,7 @@ impl ClassicQueue {
                     self.expiry.requeued(seq);
                 }
                 SettleOp::Ack => {
+                    self.totals.acknowledged_total += 1;
                     self.forget(seq, &stored);
                     self.expiry.remove(seq);
                 }
@@ -882,6 +898,8 @@ impl ClassicQueue {
     /// consumer does not ack (no-ack).
     fn hand_out(&mut self, ready: &Ready, no_ack: bool) {
         self.delivered_max = self.delivered_max.max(ready.seq);
+        self.totals.delivered_total += 1;
+        self.totals.redelivered_total += u64::from(ready.stored.redelivered);
         if no_ack {
             self.forget(ready.seq, &ready.stored);
             self.expiry.remove(ready.seq);

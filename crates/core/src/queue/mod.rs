@@ -17,6 +17,7 @@ pub mod classic;
 mod expiry;
 mod forward;
 mod ready;
+pub mod stats;
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::message::Message;
 use crate::value::Table;
 
 pub use args::{Overflow, QueueArgs};
+pub use stats::{QueueStats, QueueStatsSnapshot};
 
 /// The declared shape of a queue; compared on redeclaration.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,6 +145,7 @@ struct HandleInner {
     /// the queue gives it back once it has taken the batch. Fair: publishers wait in turn.
     credit: Arc<Semaphore>,
     credit_max: u32,
+    stats: QueueStats,
 }
 
 impl QueueCmd {
@@ -190,6 +193,7 @@ impl QueueHandle {
             control,
             credit: Arc::new(Semaphore::new(credit_max as usize)),
             credit_max,
+            stats: QueueStats::default(),
         }))
     }
 
@@ -227,6 +231,16 @@ impl QueueHandle {
         } else {
             &self.0.data
         }
+    }
+
+    /// The queue's figures as of its last turn (management API, metrics).
+    pub fn stats(&self) -> QueueStatsSnapshot {
+        self.0.stats.snapshot()
+    }
+
+    /// Where the queue task copies its figures (see `stats`).
+    pub fn stats_cell(&self) -> &QueueStats {
+        &self.0.stats
     }
 
     pub fn def(&self) -> &QueueDef {

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use warren_core::registry::ChannelDetails;
 use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
@@ -123,6 +124,12 @@ impl Connection {
                     ));
                 }
                 self.channels.insert(id, Box::default());
+                if let Some(entry) = self.registry_entry() {
+                    entry.set_channel(ChannelDetails {
+                        number: id,
+                        ..ChannelDetails::default()
+                    });
+                }
                 let ok = ChannelOpenOk::default();
                 self.out.method(id, &Method::ChannelOpenOk(ok));
                 return Ok(false);
@@ -156,6 +163,9 @@ impl Connection {
     async fn on_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
         match method {
             Method::ChannelClose(_) => {
+                if let Some(entry) = self.registry_entry() {
+                    entry.remove_channel(id);
+                }
                 if let Some(channel) = self.channels.remove(&id) {
                     self.release_channel(*channel).await;
                 }
@@ -367,6 +377,9 @@ impl Connection {
         method_id: u16,
     ) {
         tracing::debug!(connection = self.id, channel = id, code, %text, "closing channel");
+        if let Some(entry) = self.registry_entry() {
+            entry.remove_channel(id);
+        }
         if let Some(channel) = self.channels.remove(&id) {
             self.release_channel(*channel).await;
         }

@@ -21,6 +21,8 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
+use warren_core::registry::{ConnectionDetails, ConnectionEntry, Registration};
+use warren_core::value::Table;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
@@ -95,11 +97,18 @@ pub struct Connection {
     /// Whether anything was written since the last heartbeat tick.
     wrote_since_tick: bool,
     closed_by_client: bool,
+    /// Where the client connected to (the connection's name is `peer -> local`).
+    local: SocketAddr,
+    /// Kept from connection.start-ok until the connection registers.
+    pub(super) client_properties: Table,
+    /// The management API's view of this connection, once open.
+    pub(super) registration: Option<Registration>,
 }
 
 /// Serves one accepted socket until it closes.
 pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = socket.set_nodelay(true);
+    let local = socket.local_addr().unwrap_or(peer);
     let (reader, socket_w) = socket.into_split();
     let id = shared.broker.next_id();
     let tuning = Tuning {
@@ -129,6 +138,9 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         read_idle_ticks: 0,
         wrote_since_tick: false,
         closed_by_client: false,
+        local,
+        client_properties: Table::new(),
+        registration: None,
     };
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
     let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
@@ -138,6 +150,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             // frame a connection writes until its clients publish or consume).
             conn.out.shrink();
             conn.give_back_read_buffer();
+            conn.register();
             conn.run().await
         }
         Ok(Err(fault)) => Err(fault),
@@ -148,6 +161,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     }
     Box::pin(conn.teardown()).await;
     drop(open);
+    conn.registration = None;
     if conn.closed_by_client {
         // As RabbitMQ: after close-ok it is the client that closes the socket.
         let mut scratch = [0u8; 64];
@@ -203,6 +217,7 @@ impl Connection {
         });
         let mut shutdown = self.shared.shutdown.clone();
         let outbox = self.outbox.clone();
+        let entry = self.registration.as_ref().map(|r| r.entry().clone());
         loop {
             let blocked = self.throttle.is_blocked();
             tokio::select! {
@@ -227,12 +242,44 @@ impl Connection {
                         Cause::default(),
                     ));
                 }
+                reason = close_requested(entry.as_deref()) => {
+                    return Err(Fault::connection(
+                        reply_code::CONNECTION_FORCED,
+                        reason,
+                        Cause::default(),
+                    ));
+                }
             }
             // Deliveries that arrived meanwhile go out in the same write.
             self.on_events();
             self.grant_credit().await;
             self.flush().await?;
         }
+    }
+
+    /// Lists the connection in the broker's registry (management API) once it is open.
+    fn register(&mut self) {
+        let details = ConnectionDetails {
+            id: self.id,
+            protocol: "AMQP 0-9-1",
+            peer: self.peer,
+            local: self.local,
+            user: self.user.clone(),
+            vhost: self.vhost.as_ref().map(|v| v.name().to_string()).unwrap_or_default(),
+            client_properties: std::mem::take(&mut self.client_properties),
+            channel_max: self.tuning.channel_max,
+            frame_max: self.tuning.frame_max,
+            heartbeat: self.tuning.heartbeat,
+            connected_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        self.registration = Some(self.shared.broker.registry().register(details));
+    }
+
+    /// The registry's entry of this connection, to note channel and consumer changes.
+    pub(super) fn registry_entry(&self) -> Option<&ConnectionEntry> {
+        self.registration.as_ref().map(|r| &**r.entry())
     }
 
     /// Drops the read buffer once everything in it is decoded, for a connection that reads
@@ -478,6 +525,15 @@ impl Connection {
 }
 
 /// The next heartbeat tick; never, without heartbeats.
+/// Resolves when the management API asks the connection to close (never without a
+/// registration).
+async fn close_requested(entry: Option<&ConnectionEntry>) -> String {
+    match entry {
+        Some(entry) => entry.close_requested().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn tick(ticker: &mut Option<tokio::time::Interval>) {
     match ticker {
         Some(ticker) => {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use warren_core::registry::ConsumerDetails;
 use warren_core::consumer::{Consumer, Delivery, Event};
 use warren_core::limits::{
     CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
@@ -100,6 +101,13 @@ impl Connection {
                 } else {
                     channel.consumer_prefetch = qos.prefetch_count;
                 }
+                let (prefetch, global) = (channel.consumer_prefetch, channel.channel_prefetch);
+                if let Some(entry) = self.registry_entry() {
+                    entry.update_channel(id, |c| {
+                        c.prefetch_count = prefetch;
+                        c.global_prefetch_count = global;
+                    });
+                }
                 self.out.method(id, &Method::BasicQosOk(Default::default()));
                 Ok(())
             }
@@ -161,6 +169,9 @@ impl Connection {
                     return Err(precondition("cannot switch from tx to confirm mode"));
                 }
                 channel.confirm.get_or_insert_with(Box::<Confirms>::default);
+                if let Some(entry) = self.registration.as_ref().map(|r| r.entry()) {
+                    entry.update_channel(id, |c| c.confirm = true);
+                }
                 if !select.nowait {
                     self.out
                         .method(id, &Method::ConfirmSelectOk(Default::default()));
@@ -171,6 +182,9 @@ impl Connection {
                     return Err(precondition("cannot switch from confirm to tx mode"));
                 }
                 channel.tx.get_or_insert_with(Box::<TxBuffer>::default);
+                if let Some(entry) = self.registration.as_ref().map(|r| r.entry()) {
+                    entry.update_channel(id, |c| c.transactional = true);
+                }
                 self.out.method(id, &Method::TxSelectOk(Default::default()));
             }
             Method::TxCommit(_) => {
@@ -276,7 +290,19 @@ impl Connection {
             .and_then(|r| r)
             .map_err(|e| Fault::broker(id, e, cause))?;
         let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let prefetch_count = channel.consumer_prefetch;
         channel.consumers.push(state);
+        if let Some(entry) = self.registry_entry() {
+            entry.add_consumer(ConsumerDetails {
+                channel: id,
+                consumer_tag: tag.to_string(),
+                queue: queue.name().to_string(),
+                ack_required: !consume.no_ack,
+                exclusive: consume.exclusive,
+                prefetch_count,
+                arguments: super::convert::table_to_core(&consume.arguments),
+            });
+        }
         if !consume.nowait {
             let ok = BasicConsumeOk { consumer_tag: tag };
             self.out.method(id, &Method::BasicConsumeOk(ok));
@@ -324,6 +350,9 @@ impl Connection {
             .position(|c| c.tag == cancel.consumer_tag)
         {
             let consumer = channel.consumers.remove(index);
+            if let Some(entry) = self.registration.as_ref().map(|r| r.entry()) {
+                entry.remove_consumer(id, &consumer.tag);
+            }
             let _ = consumer
                 .queue
                 .request(|reply| QueueCmd::Cancel {
@@ -484,6 +513,9 @@ impl Connection {
                     return;
                 };
                 let state = channel.consumers.remove(index);
+                if let Some(entry) = self.registration.as_ref().map(|r| r.entry()) {
+                    entry.remove_consumer(id, &state.tag);
+                }
                 if self.caps.consumer_cancel_notify {
                     let cancel = BasicCancel {
                         consumer_tag: state.tag,

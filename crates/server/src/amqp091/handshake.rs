@@ -70,6 +70,7 @@ impl Connection {
             self.caps.authentication_failure_close = flag("authentication_failure_close");
             self.caps.connection_blocked = flag("connection.blocked");
         }
+        self.client_properties = super::convert::table_to_core(&start_ok.client_properties);
         let mechanism = start_ok.mechanism.as_str();
         let credentials = match mechanism {
             "PLAIN" => parse_plain(&start_ok.response),

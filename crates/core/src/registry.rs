@@ -1,0 +1,227 @@
+//! The open client connections, their channels and consumers, as the management API lists
+//! them (RabbitMQ's `rabbit_connection_tracking` and the management agent's tables).
+//!
+//! A connection registers once its handshake is done and unregisters when it is torn down;
+//! channels and consumers are added and removed as they open and close. None of this is
+//! touched per message: message counts live in queue stats and in [`GlobalCounters`], which
+//! connections add to once per batch.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
+use tokio::sync::Notify;
+
+use crate::consumer::ConnectionId;
+use crate::value::Table;
+
+/// What a connection tells the registry about itself when it opens.
+#[derive(Debug, Clone)]
+pub struct ConnectionDetails {
+    pub id: ConnectionId,
+    pub protocol: &'static str,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub user: String,
+    pub vhost: String,
+    pub client_properties: Table,
+    pub channel_max: u16,
+    pub frame_max: u32,
+    pub heartbeat: u16,
+    /// Milliseconds since the epoch.
+    pub connected_at_ms: u64,
+}
+
+impl ConnectionDetails {
+    /// RabbitMQ's connection name: `"127.0.0.1:54321 -> 127.0.0.1:5672"`.
+    pub fn name(&self) -> String {
+        format!("{} -> {}", self.peer, self.local)
+    }
+}
+
+/// A channel as listed by the management API.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelDetails {
+    pub number: u16,
+    pub prefetch_count: u16,
+    pub global_prefetch_count: u16,
+    pub confirm: bool,
+    pub transactional: bool,
+}
+
+/// A consumer as listed by the management API.
+#[derive(Debug, Clone)]
+pub struct ConsumerDetails {
+    pub channel: u16,
+    pub consumer_tag: String,
+    pub queue: String,
+    pub ack_required: bool,
+    pub exclusive: bool,
+    pub prefetch_count: u16,
+    pub arguments: Table,
+}
+
+/// One registered connection; the connection keeps it and updates it as channels and
+/// consumers come and go.
+pub struct ConnectionEntry {
+    pub details: ConnectionDetails,
+    channels: Mutex<BTreeMap<u16, ChannelDetails>>,
+    consumers: Mutex<Vec<ConsumerDetails>>,
+    close: Notify,
+    close_reason: Mutex<Option<String>>,
+}
+
+impl ConnectionEntry {
+    pub fn name(&self) -> String {
+        self.details.name()
+    }
+
+    pub fn channels(&self) -> Vec<ChannelDetails> {
+        self.channels.lock().values().cloned().collect()
+    }
+
+    pub fn consumers(&self) -> Vec<ConsumerDetails> {
+        self.consumers.lock().clone()
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.lock().len()
+    }
+
+    /// Records a channel (open) or replaces its details (qos, confirm.select, tx.select).
+    pub fn set_channel(&self, channel: ChannelDetails) {
+        self.channels.lock().insert(channel.number, channel);
+    }
+
+    /// Changes a channel's details in place, if it is registered.
+    pub fn update_channel(&self, number: u16, change: impl FnOnce(&mut ChannelDetails)) {
+        if let Some(channel) = self.channels.lock().get_mut(&number) {
+            change(channel);
+        }
+    }
+
+    /// Forgets a closed channel and its consumers.
+    pub fn remove_channel(&self, number: u16) {
+        self.channels.lock().remove(&number);
+        self.consumers.lock().retain(|c| c.channel != number);
+    }
+
+    pub fn add_consumer(&self, consumer: ConsumerDetails) {
+        self.consumers.lock().push(consumer);
+    }
+
+    pub fn remove_consumer(&self, channel: u16, consumer_tag: &str) {
+        self.consumers
+            .lock()
+            .retain(|c| !(c.channel == channel && c.consumer_tag == consumer_tag));
+    }
+
+    /// Asks the connection to close with 320 CONNECTION_FORCED (management API DELETE).
+    pub fn request_close(&self, reason: String) {
+        *self.close_reason.lock() = Some(reason);
+        self.close.notify_one();
+    }
+
+    /// Resolves once `request_close` was called (cancel-safe; a request made while nobody
+    /// waits is kept for the next wait).
+    pub async fn close_requested(&self) -> String {
+        self.close.notified().await;
+        self.close_reason
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "Closed via management plugin".to_string())
+    }
+}
+
+/// Keeps a connection registered for as long as it lives.
+pub struct Registration {
+    registry: Arc<Registry>,
+    entry: Arc<ConnectionEntry>,
+}
+
+impl Registration {
+    pub fn entry(&self) -> &Arc<ConnectionEntry> {
+        &self.entry
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let removed = self
+            .registry
+            .connections
+            .write()
+            .remove(&self.entry.details.id);
+        debug_assert!(removed.is_some(), "invariant: registered once, removed once");
+    }
+}
+
+/// Every open client connection, by id.
+#[derive(Default)]
+pub struct Registry {
+    connections: RwLock<FxHashMap<ConnectionId, Arc<ConnectionEntry>>>,
+    counters: GlobalCounters,
+}
+
+impl Registry {
+    /// Registers an open connection until the returned guard drops.
+    pub fn register(self: &Arc<Self>, details: ConnectionDetails) -> Registration {
+        let id = details.id;
+        let entry = Arc::new(ConnectionEntry {
+            details,
+            channels: Mutex::new(BTreeMap::new()),
+            consumers: Mutex::new(Vec::new()),
+            close: Notify::new(),
+            close_reason: Mutex::new(None),
+        });
+        let previous = self.connections.write().insert(id, entry.clone());
+        assert!(previous.is_none(), "invariant: connection ids are unique");
+        Registration {
+            registry: self.clone(),
+            entry,
+        }
+    }
+
+    /// The open connections, in no particular order.
+    pub fn connections(&self) -> Vec<Arc<ConnectionEntry>> {
+        self.connections.read().values().cloned().collect()
+    }
+
+    pub fn connection_by_name(&self, name: &str) -> Option<Arc<ConnectionEntry>> {
+        self.connections
+            .read()
+            .values()
+            .find(|c| c.name() == name)
+            .cloned()
+    }
+
+    pub fn counters(&self) -> &GlobalCounters {
+        &self.counters
+    }
+}
+
+/// Broker-wide message totals (Prometheus' `rabbitmq_global_messages_*_total`), added to
+/// once per batch by the connections.
+#[derive(Debug, Default)]
+pub struct GlobalCounters {
+    pub received: AtomicU64,
+    pub routed: AtomicU64,
+    pub unroutable_dropped: AtomicU64,
+    pub unroutable_returned: AtomicU64,
+    pub confirmed: AtomicU64,
+}
+
+impl GlobalCounters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
