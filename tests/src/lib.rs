@@ -79,6 +79,8 @@ impl TestBroker {
             .expect("create a temporary data dir");
         let mut config = warren_server::Config {
             amqp_port: 0,
+            management_port: Some(0),
+            prometheus_port: Some(0),
             bind_address: [127, 0, 0, 1].into(),
             data_dir: data_dir.path().to_path_buf(),
             // Every in-process broker of a test binary shares one process, whose RSS the memory
@@ -120,6 +122,30 @@ impl TestBroker {
         match &self.target {
             Target::External { addr, .. } => *addr,
             Target::InProcess(broker) => broker.addr,
+        }
+    }
+
+    /// The management HTTP API's base URL (`http://127.0.0.1:N`); for an external broker,
+    /// `WARREN_TEST_HTTP_URL` or port 15672 on the AMQP host.
+    pub fn http_url(&self) -> String {
+        match &self.target {
+            Target::External { addr, .. } => std::env::var("WARREN_TEST_HTTP_URL")
+                .unwrap_or_else(|_| format!("http://{}:15672", addr.ip())),
+            Target::InProcess(broker) => {
+                let addr = broker.running.http_addr().expect("management API is on in tests");
+                format!("http://{addr}")
+            }
+        }
+    }
+
+    /// The Prometheus listener's base URL (in-process brokers only).
+    pub fn prometheus_url(&self) -> String {
+        match &self.target {
+            Target::External { addr, .. } => format!("http://{}:15692", addr.ip()),
+            Target::InProcess(broker) => {
+                let addr = broker.running.prometheus_addr().expect("Prometheus is on in tests");
+                format!("http://{addr}")
+            }
         }
     }
 

@@ -12,6 +12,8 @@
 //! what `rabbitmqctl set_vm_memory_high_watermark` and `set_disk_free_limit` do); the monitor
 //! watches them and samples again at once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tokio::sync::watch;
 
 /// RabbitMQ's default memory high watermark: 40% of RAM.
@@ -127,6 +129,26 @@ pub struct Limits {
 pub struct Alarms {
     alarms_tx: watch::Sender<AlarmSet>,
     limits_tx: watch::Sender<Limits>,
+    /// The monitor's last figures, for the management API and metrics.
+    sample: Sample,
+}
+
+/// What the resource monitor last reported, in bytes (0 until it first has).
+#[derive(Debug, Default)]
+struct Sample {
+    rss: AtomicU64,
+    memory_limit: AtomicU64,
+    disk_free: AtomicU64,
+    disk_free_limit: AtomicU64,
+}
+
+/// The monitor's last figures, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResourceSample {
+    pub rss_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub disk_free_bytes: u64,
+    pub disk_free_limit_bytes: u64,
 }
 
 impl Default for Alarms {
@@ -140,6 +162,7 @@ impl Alarms {
         Alarms {
             alarms_tx: watch::Sender::new(AlarmSet::default()),
             limits_tx: watch::Sender::new(limits),
+            sample: Sample::default(),
         }
     }
 
@@ -150,6 +173,17 @@ impl Alarms {
 
     pub fn current(&self) -> AlarmSet {
         *self.alarms_tx.borrow()
+    }
+
+    /// The memory and disk figures last reported (management API, metrics).
+    pub fn sample(&self) -> ResourceSample {
+        let relaxed = Ordering::Relaxed;
+        ResourceSample {
+            rss_bytes: self.sample.rss.load(relaxed),
+            memory_limit_bytes: self.sample.memory_limit.load(relaxed),
+            disk_free_bytes: self.sample.disk_free.load(relaxed),
+            disk_free_limit_bytes: self.sample.disk_free_limit.load(relaxed),
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -179,6 +213,8 @@ impl Alarms {
             .memory_high_watermark
             .limit_bytes(total_memory_bytes);
         let on = rss_bytes > limit;
+        self.sample.rss.store(rss_bytes, Ordering::Relaxed);
+        self.sample.memory_limit.store(limit, Ordering::Relaxed);
         if !self.switch(Resource::Memory, on) {
             return;
         }
@@ -201,6 +237,8 @@ impl Alarms {
             .disk_free_limit
             .limit_bytes(total_memory_bytes);
         let on = free_bytes < limit;
+        self.sample.disk_free.store(free_bytes, Ordering::Relaxed);
+        self.sample.disk_free_limit.store(limit, Ordering::Relaxed);
         if !self.switch(Resource::Disk, on) {
             return;
         }

@@ -20,6 +20,8 @@ impl Broker {
             .tempdir()
             .unwrap();
         let config = warren_server::Config {
+            management_port: None,
+            prometheus_port: None,
             amqp_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             data_dir: data_dir.path().to_path_buf(),

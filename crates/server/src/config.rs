@@ -21,6 +21,12 @@ pub struct Config {
     pub bind_address: IpAddr,
     /// AMQP 0.9.1 port; 0 picks a free port (tests).
     pub amqp_port: u16,
+    /// Management HTTP API port (RabbitMQ's `management.tcp.port`, 15672); 0 picks a free
+    /// port, unset (`None`, only from code) turns the API off.
+    #[serde(alias = "http_port")]
+    pub management_port: Option<u16>,
+    /// Prometheus metrics port (RabbitMQ's `prometheus.tcp.port`, 15692); as above.
+    pub prometheus_port: Option<u16>,
     /// Where durable definitions and the message store live.
     pub data_dir: PathBuf,
     /// Largest frame the server accepts, proposed in connection.tune (bytes).
@@ -68,6 +74,8 @@ impl Default for Config {
         Config {
             bind_address: IpAddr::from([0, 0, 0, 0]),
             amqp_port: 5672,
+            management_port: Some(15672),
+            prometheus_port: Some(15692),
             data_dir: PathBuf::from("warren-data"),
             frame_max: 131_072,
             channel_max: 2047,

@@ -28,6 +28,7 @@ pub struct RunningBroker {
     shutdown_tx: watch::Sender<bool>,
     acceptor: tokio::task::JoinHandle<()>,
     monitor: tokio::task::JoinHandle<()>,
+    mgmt: warren_mgmt::Mgmt,
 }
 
 impl RunningBroker {
@@ -42,6 +43,16 @@ impl RunningBroker {
         self.amqp_addr
     }
 
+    /// The management HTTP API's address, when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.mgmt.http_addr()
+    }
+
+    /// The Prometheus listener's address, when it is on.
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.mgmt.prometheus_addr()
+    }
+
     /// Client connections open now (past their handshake, not yet torn down).
     pub fn connection_count(&self) -> usize {
         self.broker.connection_count()
@@ -53,6 +64,8 @@ impl RunningBroker {
         let _ = self.shutdown_tx.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, self.acceptor).await;
         let _ = self.monitor.await;
+        // HTTP clients may keep connections open: give them the grace period, no more.
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.mgmt.join()).await;
         self.broker.close().await;
     }
 }
@@ -83,6 +96,14 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
+    let mgmt_config = warren_mgmt::MgmtConfig {
+        bind_address: config.bind_address,
+        http_port: config.management_port,
+        prometheus_port: config.prometheus_port,
+        amqp_addr,
+        data_dir: config.data_dir.clone(),
+    };
+    let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;
     let shared = Arc::new(amqp091::Shared {
         broker: broker.clone(),
         config: Arc::new(config),
@@ -95,6 +116,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         shutdown_tx,
         acceptor,
         monitor,
+        mgmt,
     })
 }
 

@@ -46,6 +46,12 @@ struct ServerArgs {
     /// AMQP 0.9.1 port [default: 5672].
     #[arg(long, value_name = "N")]
     amqp_port: Option<u16>,
+    /// Management HTTP API port [default: 15672].
+    #[arg(long, value_name = "N")]
+    http_port: Option<u16>,
+    /// Prometheus metrics port [default: 15692].
+    #[arg(long, value_name = "N")]
+    prometheus_port: Option<u16>,
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -79,6 +85,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     if let Some(port) = args.amqp_port {
         config.amqp_port = port;
+    }
+    if let Some(port) = args.http_port {
+        config.management_port = Some(port);
+    }
+    if let Some(port) = args.prometheus_port {
+        config.prometheus_port = Some(port);
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;

@@ -1,0 +1,83 @@
+//! Errors as RabbitMQ's management API returns them: `{"error": ..., "reason": ...}`.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use warren_core::{BrokerError, ErrorKind};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub error: &'static str,
+    pub reason: String,
+}
+
+impl ApiError {
+    pub fn not_found() -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            error: "Object Not Found",
+            reason: "Not Found".to_string(),
+        }
+    }
+
+    pub fn bad_request(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            error: "bad_request",
+            reason: reason.into(),
+        }
+    }
+
+    pub fn unauthorized(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            error: "not_authorized",
+            reason: reason.into(),
+        }
+    }
+
+    pub fn unavailable(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            error: "failed",
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<BrokerError> for ApiError {
+    fn from(error: BrokerError) -> ApiError {
+        match error.kind {
+            ErrorKind::NotFound => ApiError::not_found(),
+            ErrorKind::AccessRefused => ApiError {
+                status: StatusCode::FORBIDDEN,
+                error: "access_refused",
+                reason: error.text,
+            },
+            ErrorKind::InternalError => ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                error: "internal_error",
+                reason: error.text,
+            },
+            _ => ApiError::bad_request(error.text),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": self.error, "reason": self.reason}));
+        if self.status == StatusCode::UNAUTHORIZED {
+            let challenge = [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"RabbitMQ Management\"",
+            )];
+            return (self.status, challenge, body).into_response();
+        }
+        (self.status, body).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,212 @@
+//! Prometheus text exposition on its own listener (RabbitMQ's `rabbitmq_prometheus`, port
+//! 15692): `/metrics` aggregates across objects, `/metrics/per-object` adds one series per
+//! queue labelled `vhost` and `queue`. Names and labels are RabbitMQ's wherever Warren has
+//! the concept.
+//!
+//! Formatted by hand: the format is a few lines of text per metric, and every figure is read
+//! at scrape time from the registry, queue stats and alarms, so a metrics registry would only
+//! hold copies.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use warren_core::alarm::Resource;
+use warren_core::queue::QueueStatsSnapshot;
+use warren_core::registry::GlobalCounters;
+
+use crate::ApiState;
+
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new()
+        .route("/metrics", get(aggregated))
+        .route("/metrics/per-object", get(per_object))
+        .with_state(state)
+}
+
+async fn aggregated(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&state, false))
+}
+
+async fn per_object(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&state, true))
+}
+
+/// One metric family: `# HELP`, `# TYPE` and its samples.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.out, "{name} {value}");
+        } else {
+            let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
+        }
+    }
+
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.header(name, kind, help);
+        self.sample(name, "", value);
+    }
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub fn render(state: &ApiState, per_object: bool) -> String {
+    let mut out = String::with_capacity(8 * 1024);
+    let mut f = Family { out: &mut out };
+    let queues = queue_stats(state);
+    render_node(state, &mut f);
+    render_objects(state, &mut f, queues.len());
+    render_global(state, &mut f);
+    render_queue_totals(&mut f, &queues);
+    if per_object {
+        render_per_queue(&mut f, &queues);
+    }
+    out
+}
+
+fn queue_stats(state: &ApiState) -> Vec<(String, String, QueueStatsSnapshot)> {
+    let mut all = Vec::new();
+    for vhost_name in state.broker.vhost_names() {
+        if let Some(vhost) = state.broker.vhost(&vhost_name) {
+            for queue in vhost.queue_handles() {
+                all.push((vhost_name.clone(), queue.name().to_string(), queue.stats()));
+            }
+        }
+    }
+    all.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    all
+}
+
+fn render_node(state: &ApiState, f: &mut Family<'_>) {
+    let sample = state.broker.alarms().sample();
+    let alarms = state.broker.alarms().current();
+    f.single("rabbitmq_process_resident_memory_bytes", "gauge",
+        "Memory used in bytes", sample.rss_bytes);
+    f.single("rabbitmq_resident_memory_limit_bytes", "gauge",
+        "Memory high watermark in bytes", sample.memory_limit_bytes);
+    f.single("rabbitmq_disk_space_available_bytes", "gauge",
+        "Disk space available in bytes", sample.disk_free_bytes);
+    f.single("rabbitmq_disk_space_available_limit_bytes", "gauge",
+        "Free disk space low watermark in bytes", sample.disk_free_limit_bytes);
+    f.single("rabbitmq_alarms_memory_used_watermark", "gauge",
+        "is 1 if VM memory watermark alarm is in effect",
+        u8::from(alarms.contains(Resource::Memory)));
+    f.single("rabbitmq_alarms_free_disk_space_watermark", "gauge",
+        "is 1 if free disk space watermark alarm is in effect",
+        u8::from(alarms.contains(Resource::Disk)));
+    f.single("rabbitmq_alarms_file_descriptor_limit", "gauge",
+        "is 1 if file descriptor limit alarm is in effect", 0);
+    f.header("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info");
+    f.sample("rabbitmq_build_info", &format!(
+        "rabbitmq_version=\"{}\",prometheus_plugin_version=\"{}\",prometheus_client_version=\"none\",erlang_version=\"none\",product_name=\"Warren\",product_version=\"{}\"",
+        crate::routes::RABBITMQ_VERSION, env!("CARGO_PKG_VERSION"), env!("CARGO_PKG_VERSION")), 1);
+    f.header("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info");
+    f.sample("rabbitmq_identity_info", &format!(
+        "rabbitmq_node=\"{}\",rabbitmq_cluster=\"{}\",rabbitmq_cluster_permanent_id=\"{}\"",
+        label(&state.node), label(&state.node), label(&state.node)), 1);
+    f.single("rabbitmq_erlang_uptime_seconds", "gauge", "Node uptime",
+        state.started.elapsed().as_secs());
+}
+
+fn render_objects(state: &ApiState, f: &mut Family<'_>, queue_count: usize) {
+    let connections = state.broker.registry().connections();
+    let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
+    let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+    f.single("rabbitmq_connections", "gauge", "Connections currently open", connections.len());
+    f.single("rabbitmq_channels", "gauge", "Channels currently open", channels);
+    f.single("rabbitmq_consumers", "gauge", "Consumers currently connected", consumers);
+    f.single("rabbitmq_queues", "gauge", "Queues available", queue_count);
+}
+
+fn render_global(state: &ApiState, f: &mut Family<'_>) {
+    let c = state.broker.registry().counters();
+    let label = "protocol=\"amqp091\"";
+    let families: [(&str, &str, u64); 5] = [
+        ("rabbitmq_global_messages_received_total",
+         "Total number of messages received from publishers", GlobalCounters::get(&c.received)),
+        ("rabbitmq_global_messages_routed_total",
+         "Total number of messages routed to queues or streams", GlobalCounters::get(&c.routed)),
+        ("rabbitmq_global_messages_unroutable_dropped_total",
+         "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+         GlobalCounters::get(&c.unroutable_dropped)),
+        ("rabbitmq_global_messages_unroutable_returned_total",
+         "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
+         GlobalCounters::get(&c.unroutable_returned)),
+        ("rabbitmq_global_messages_confirmed_total",
+         "Total number of messages confirmed to publishers", GlobalCounters::get(&c.confirmed)),
+    ];
+    for (name, help, value) in families {
+        f.header(name, "counter", help);
+        f.sample(name, label, value);
+    }
+}
+
+fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
+    let sum = |pick: fn(&QueueStatsSnapshot) -> u64| -> u64 {
+        queues.iter().map(|(_, _, s)| pick(s)).sum()
+    };
+    let label = "protocol=\"amqp091\"";
+    for (name, help, value) in [
+        ("rabbitmq_global_messages_delivered_total",
+         "Total number of messages delivered to consumers", sum(|s| s.delivered_total)),
+        ("rabbitmq_global_messages_acknowledged_total",
+         "Total number of messages acknowledged by consumers", sum(|s| s.acknowledged_total)),
+        ("rabbitmq_global_messages_redelivered_total",
+         "Total number of messages redelivered to consumers", sum(|s| s.redelivered_total)),
+    ] {
+        f.header(name, "counter", help);
+        f.sample(name, label, value);
+    }
+    f.single("rabbitmq_queue_messages_ready", "gauge",
+        "Messages ready to be delivered to consumers", sum(|s| s.messages_ready));
+    f.single("rabbitmq_queue_messages_unacked", "gauge",
+        "Messages delivered to consumers but not yet acknowledged", sum(|s| s.messages_unacknowledged));
+    f.single("rabbitmq_queue_messages", "gauge",
+        "Sum of ready and unacknowledged messages (queue depth)",
+        sum(|s| s.messages_ready + s.messages_unacknowledged));
+    f.single("rabbitmq_queue_consumers", "gauge", "Consumers on a queue", sum(|s| s.consumers));
+    f.single("rabbitmq_queue_messages_published_total", "counter",
+        "Total number of messages published to queues", sum(|s| s.published_total));
+}
+
+fn render_per_queue(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
+    let families: [(&str, &str, &str, fn(&QueueStatsSnapshot) -> u64); 5] = [
+        ("rabbitmq_detailed_queue_messages_ready", "gauge",
+         "Messages ready to be delivered to consumers", |s| s.messages_ready),
+        ("rabbitmq_detailed_queue_messages_unacked", "gauge",
+         "Messages delivered to consumers but not yet acknowledged", |s| s.messages_unacknowledged),
+        ("rabbitmq_detailed_queue_messages", "gauge",
+         "Sum of ready and unacknowledged messages (queue depth)",
+         |s| s.messages_ready + s.messages_unacknowledged),
+        ("rabbitmq_detailed_queue_consumers", "gauge", "Consumers on a queue", |s| s.consumers),
+        ("rabbitmq_detailed_queue_messages_published_total", "counter",
+         "Total number of messages published to queues", |s| s.published_total),
+    ];
+    for (name, kind, help, pick) in families {
+        f.header(name, kind, help);
+        for (vhost, queue, stats) in queues {
+            let labels = format!("vhost=\"{}\",queue=\"{}\"", label(vhost), label(queue));
+            f.sample(name, &labels, pick(stats));
+        }
+    }
+}

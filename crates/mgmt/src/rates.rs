@@ -1,0 +1,122 @@
+//! Message rates: a background task samples the queues' counters once a second and keeps
+//! the per-second rates since the previous sample (RabbitMQ's `*_details.rate`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use tokio::sync::watch;
+use warren_core::queue::QueueStatsSnapshot;
+use warren_core::Broker;
+
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Rates of one queue (or of all of them), messages per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MessageRates {
+    pub publish: f64,
+    pub deliver_get: f64,
+    pub ack: f64,
+    pub redeliver: f64,
+    pub messages: f64,
+    pub messages_ready: f64,
+    pub messages_unacknowledged: f64,
+}
+
+#[derive(Default)]
+struct Samples {
+    at: Option<Instant>,
+    queues: HashMap<(String, String), QueueStatsSnapshot>,
+}
+
+/// The latest rates, by `(vhost, queue)`, and their sum.
+#[derive(Default)]
+pub struct Rates {
+    queues: RwLock<HashMap<(String, String), MessageRates>>,
+    total: RwLock<MessageRates>,
+}
+
+impl Rates {
+    pub fn queue(&self, vhost: &str, name: &str) -> MessageRates {
+        self.queues
+            .read()
+            .get(&(vhost.to_string(), name.to_string()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub fn total(&self) -> MessageRates {
+        *self.total.read()
+    }
+
+    /// Samples every second until shutdown.
+    pub async fn run(self: Arc<Self>, broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut samples = Samples::default();
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.sample(&broker, &mut samples),
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    fn sample(&self, broker: &Broker, samples: &mut Samples) {
+        let now = Instant::now();
+        let elapsed = samples
+            .at
+            .map_or(0.0, |at| now.duration_since(at).as_secs_f64());
+        let mut current = HashMap::new();
+        let mut rates = HashMap::new();
+        let mut total = MessageRates::default();
+        for vhost_name in broker.vhost_names() {
+            let Some(vhost) = broker.vhost(&vhost_name) else {
+                continue;
+            };
+            for queue in vhost.queue_handles() {
+                let key = (vhost_name.clone(), queue.name().to_string());
+                let now_stats = queue.stats();
+                let rate = match samples.queues.get(&key) {
+                    Some(before) if elapsed > 0.0 => rates_between(before, &now_stats, elapsed),
+                    _ => MessageRates::default(),
+                };
+                add(&mut total, &rate);
+                rates.insert(key.clone(), rate);
+                current.insert(key, now_stats);
+            }
+        }
+        samples.at = Some(now);
+        samples.queues = current;
+        *self.queues.write() = rates;
+        *self.total.write() = total;
+    }
+}
+
+fn rates_between(a: &QueueStatsSnapshot, b: &QueueStatsSnapshot, seconds: f64) -> MessageRates {
+    let counter = |x: u64, y: u64| y.saturating_sub(x) as f64 / seconds;
+    let gauge = |x: u64, y: u64| (y as f64 - x as f64) / seconds;
+    MessageRates {
+        publish: counter(a.published_total, b.published_total),
+        deliver_get: counter(a.delivered_total, b.delivered_total),
+        ack: counter(a.acknowledged_total, b.acknowledged_total),
+        redeliver: counter(a.redelivered_total, b.redelivered_total),
+        messages: gauge(
+            a.messages_ready + a.messages_unacknowledged,
+            b.messages_ready + b.messages_unacknowledged,
+        ),
+        messages_ready: gauge(a.messages_ready, b.messages_ready),
+        messages_unacknowledged: gauge(a.messages_unacknowledged, b.messages_unacknowledged),
+    }
+}
+
+fn add(total: &mut MessageRates, rate: &MessageRates) {
+    total.publish += rate.publish;
+    total.deliver_get += rate.deliver_get;
+    total.ack += rate.ack;
+    total.redeliver += rate.redeliver;
+    total.messages += rate.messages;
+    total.messages_ready += rate.messages_ready;
+    total.messages_unacknowledged += rate.messages_unacknowledged;
+}

@@ -1,0 +1,202 @@
+//! `/api/connections`, `/api/channels` and `/api/consumers`, from the broker's registry.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::{json, Value as Json_};
+use warren_core::registry::{ChannelDetails, ConnectionEntry, ConsumerDetails};
+
+use crate::convert::table_to_json;
+use crate::error::{ApiError, ApiResult};
+use crate::query::{self, Params};
+use crate::ApiState;
+
+fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
+    let d = &entry.details;
+    json!({
+        "name": entry.name(),
+        "node": state.node,
+        "type": "network",
+        "state": "running",
+        "protocol": d.protocol,
+        "auth_mechanism": "PLAIN",
+        "user": d.user,
+        "user_who_performed_action": d.user,
+        "vhost": d.vhost,
+        "host": d.local.ip().to_string(),
+        "port": d.local.port(),
+        "peer_host": d.peer.ip().to_string(),
+        "peer_port": d.peer.port(),
+        "ssl": false,
+        "channels": entry.channel_count(),
+        "channel_max": d.channel_max,
+        "frame_max": d.frame_max,
+        "timeout": d.heartbeat,
+        "connected_at": d.connected_at_ms,
+        "client_properties": table_to_json(&d.client_properties),
+    })
+}
+
+fn channel_json(state: &ApiState, entry: &ConnectionEntry, channel: &ChannelDetails, consumers: usize) -> Json_ {
+    let d = &entry.details;
+    json!({
+        "name": format!("{} ({})", entry.name(), channel.number),
+        "number": channel.number,
+        "node": state.node,
+        "user": d.user,
+        "vhost": d.vhost,
+        "state": "running",
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.global_prefetch_count,
+        "confirm": channel.confirm,
+        "transactional": channel.transactional,
+        "consumer_count": consumers,
+        "connection_details": {
+            "name": entry.name(),
+            "peer_host": d.peer.ip().to_string(),
+            "peer_port": d.peer.port(),
+        },
+    })
+}
+
+fn consumer_json(state: &ApiState, entry: &ConnectionEntry, consumer: &ConsumerDetails) -> Json_ {
+    let d = &entry.details;
+    json!({
+        "consumer_tag": consumer.consumer_tag,
+        "queue": {"name": consumer.queue, "vhost": d.vhost},
+        "ack_required": consumer.ack_required,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch_count,
+        "arguments": table_to_json(&consumer.arguments),
+        "active": true,
+        "activity_status": "up",
+        "channel_details": {
+            "name": format!("{} ({})", entry.name(), consumer.channel),
+            "number": consumer.channel,
+            "connection_name": entry.name(),
+            "peer_host": d.peer.ip().to_string(),
+            "peer_port": d.peer.port(),
+            "user": d.user,
+            "node": state.node,
+        },
+    })
+}
+
+pub async fn list(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = state
+        .broker
+        .registry()
+        .connections()
+        .iter()
+        .map(|c| connection_json(&state, c))
+        .collect();
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+fn find(state: &ApiState, name: &str) -> ApiResult<Arc<ConnectionEntry>> {
+    state
+        .broker
+        .registry()
+        .connection_by_name(name)
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn one(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let entry = find(&state, &name)?;
+    Ok(Json(query::project_one(connection_json(&state, &entry), &params)))
+}
+
+/// DELETE: closes the connection with 320 CONNECTION_FORCED; the `X-Reason` header gives
+/// the text, as in RabbitMQ.
+pub async fn close(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    let entry = find(&state, &name)?;
+    let reason = headers
+        .get("x-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("Closed via management plugin");
+    tracing::info!(connection = %name, %reason, "closing connection on management API request");
+    entry.request_close(format!("CONNECTION_FORCED - {reason}"));
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn channels_of_entry(state: &ApiState, entry: &ConnectionEntry) -> Vec<Json_> {
+    let consumers = entry.consumers();
+    entry
+        .channels()
+        .iter()
+        .map(|channel| {
+            let count = consumers.iter().filter(|c| c.channel == channel.number).count();
+            channel_json(state, entry, channel, count)
+        })
+        .collect()
+}
+
+pub async fn channels_of(
+    State(state): State<Arc<ApiState>>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let entry = find(&state, &name)?;
+    let items = channels_of_entry(&state, &entry);
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+pub async fn channels(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = state
+        .broker
+        .registry()
+        .connections()
+        .iter()
+        .flat_map(|c| channels_of_entry(&state, c))
+        .collect();
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+fn consumers_where(state: &ApiState, vhost: Option<&str>) -> Vec<Json_> {
+    state
+        .broker
+        .registry()
+        .connections()
+        .iter()
+        .filter(|c| vhost.is_none_or(|v| c.details.vhost == v))
+        .flat_map(|c| {
+            c.consumers()
+                .iter()
+                .map(|consumer| consumer_json(state, c, consumer))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+pub async fn consumers(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    Ok(Json(query::list(consumers_where(&state, None), &params, &["consumer_tag"])?))
+}
+
+pub async fn consumers_in(
+    State(state): State<Arc<ApiState>>,
+    Path(vhost_name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    super::vhost(&state, &vhost_name)?;
+    let items = consumers_where(&state, Some(&vhost_name));
+    Ok(Json(query::list(items, &params, &["consumer_tag"])?))
+}

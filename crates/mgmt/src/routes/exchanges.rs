@@ -1,0 +1,224 @@
+//! `/api/exchanges`: list, declare, delete and publish.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use base64::Engine;
+use bytes::BytesMut;
+use serde_json::{json, Value as Json_};
+use warren_core::exchange::ExchangeDef;
+use warren_core::message::Message;
+use warren_core::queue::QueueCmd;
+use warren_core::routing::snapshot::MessageFields;
+use warren_core::vhost::{ExchangeDeclare, VHost};
+
+use super::{body_object, vhost};
+use crate::convert::{self, flag, table_to_json};
+use crate::error::{ApiError, ApiResult};
+use crate::query::{self, Params};
+use crate::ApiState;
+
+/// The management API's name of the default exchange in paths.
+pub(crate) const DEFAULT_EXCHANGE: &str = "amq.default";
+
+fn exchange_json(def: &ExchangeDef) -> Json_ {
+    json!({
+        "name": def.name.as_ref(),
+        "vhost": def.vhost.as_ref(),
+        "type": def.kind.as_str(),
+        "durable": def.durable,
+        "auto_delete": def.auto_delete,
+        "internal": def.internal,
+        "arguments": table_to_json(&def.arguments),
+        "user_who_performed_action": "rmq-internal",
+    })
+}
+
+fn default_exchange_json(vhost: &str) -> Json_ {
+    json!({
+        "name": "", "vhost": vhost, "type": "direct", "durable": true, "auto_delete": false,
+        "internal": false, "arguments": {}, "user_who_performed_action": "rmq-internal",
+    })
+}
+
+fn exchanges_of(vhosts: &[Arc<VHost>]) -> Vec<Json_> {
+    let mut items = Vec::new();
+    for vhost in vhosts {
+        items.push(default_exchange_json(vhost.name()));
+        items.extend(vhost.exchanges().iter().map(exchange_json));
+    }
+    items
+}
+
+pub async fn list(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let vhosts: Vec<Arc<VHost>> = state
+        .broker
+        .vhost_names()
+        .iter()
+        .filter_map(|n| state.broker.vhost(n))
+        .collect();
+    Ok(Json(query::list(exchanges_of(&vhosts), &params, &["vhost", "name"])?))
+}
+
+pub async fn list_in(
+    State(state): State<Arc<ApiState>>,
+    Path(vhost_name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = exchanges_of(&[vhost(&state, &vhost_name)?]);
+    Ok(Json(query::list(items, &params, &["vhost", "name"])?))
+}
+
+/// The exchange's name as core knows it (`amq.default` is the default exchange, "").
+pub(crate) fn core_name(name: &str) -> &str {
+    if name == DEFAULT_EXCHANGE {
+        ""
+    } else {
+        name
+    }
+}
+
+pub(crate) fn exists(vhost: &VHost, name: &str) -> bool {
+    let name = core_name(name);
+    name.is_empty() || vhost.snapshot().exchange(name).is_some()
+}
+
+pub async fn one(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let vhost = vhost(&state, &vhost_name)?;
+    let name = core_name(&name);
+    let item = if name.is_empty() {
+        default_exchange_json(vhost.name())
+    } else {
+        let snapshot = vhost.snapshot();
+        exchange_json(snapshot.exchange(name).ok_or_else(ApiError::not_found)?)
+    };
+    Ok(Json(query::project_one(item, &params)))
+}
+
+pub async fn declare(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let vhost = vhost(&state, &vhost_name)?;
+    let body = body_object(&body)?;
+    let kind = convert::text(&body, "type");
+    if kind.is_empty() {
+        return Err(ApiError::bad_request("key_missing: type"));
+    }
+    let existed = exists(&vhost, &name);
+    vhost.declare_exchange(ExchangeDeclare {
+        name,
+        kind: kind.to_string(),
+        passive: false,
+        durable: flag(&body, "durable", true)?,
+        auto_delete: flag(&body, "auto_delete", false)?,
+        internal: flag(&body, "internal", false)?,
+        arguments: convert::json_to_table(body.get("arguments"))?,
+    })?;
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+pub async fn delete(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<StatusCode> {
+    let vhost = vhost(&state, &vhost_name)?;
+    if !exists(&vhost, &name) {
+        return Err(ApiError::not_found());
+    }
+    let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
+    vhost.delete_exchange(core_name(&name), if_unused)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// POST `/publish`: `{"routing_key", "payload", "payload_encoding": "string"|"base64",
+/// "properties"}`; answers `{"routed": bool}`.
+pub async fn publish(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<Json_>> {
+    let vhost = vhost(&state, &vhost_name)?;
+    if !exists(&vhost, &name) {
+        return Err(ApiError::not_found());
+    }
+    let body = body_object(&body)?;
+    let payload = convert::text(&body, "payload");
+    let payload = match convert::text(&body, "payload_encoding") {
+        "" | "string" => Bytes::from(payload.to_string()),
+        "base64" => Bytes::from(
+            base64::engine::general_purpose::STANDARD
+                .decode(payload)
+                .map_err(|e| ApiError::bad_request(format!("payload is not base64: {e}")))?,
+        ),
+        other => return Err(ApiError::bad_request(format!("unknown payload_encoding {other}"))),
+    };
+    let properties = convert::json_to_properties(body.get("properties"))?;
+    let mut encoded = BytesMut::new();
+    properties.encode(&mut encoded);
+    let routing_key = convert::text(&body, "routing_key");
+    let routed =
+        publish_message(&vhost, core_name(&name), routing_key, encoded.freeze(), payload).await?;
+    Ok(Json(json!({ "routed": routed })))
+}
+
+/// Routes one message and hands it to every queue it reaches; true when it reached one.
+pub(crate) async fn publish_message(
+    vhost: &VHost,
+    exchange: &str,
+    routing_key: &str,
+    properties: Bytes,
+    body: Bytes,
+) -> ApiResult<bool> {
+    let decoded = warren_proto::amqp091::BasicProperties::decode(&properties)
+        .map_err(|e| ApiError::bad_request(format!("invalid properties: {e}")))?;
+    let mut message = Message::new(
+        Bytes::from(exchange.to_string()),
+        Bytes::from(routing_key.to_string()),
+        properties,
+        body,
+    );
+    message.persistent = decoded.delivery_mode == Some(2);
+    message.priority = decoded.priority.unwrap_or(0);
+    message.expiration_ms = decoded
+        .expiration
+        .as_ref()
+        .and_then(|e| e.as_str().parse().ok());
+    let mut fields = || MessageFields {
+        headers: decoded
+            .headers
+            .as_ref()
+            .map(convert::field_table_to_core),
+        message_id: decoded.message_id.as_ref().map(|v| v.to_string()),
+        correlation_id: decoded.correlation_id.as_ref().map(|v| v.to_string()),
+        timestamp: decoded.timestamp,
+    };
+    let mut targets = Vec::new();
+    vhost
+        .snapshot()
+        .route(exchange, &[routing_key], &mut fields, &mut targets)?;
+    let message = Arc::new(message);
+    for queue in &targets {
+        queue
+            .send(QueueCmd::Publish {
+                messages: vec![message.clone()],
+                confirm: None,
+                tags: Vec::new(),
+                credit: None,
+            })
+            .await?;
+    }
+    Ok(!targets.is_empty())
+}

@@ -1,0 +1,134 @@
+//! The `/api` routes, grouped by resource. Every route sits behind basic authentication.
+
+mod bindings;
+mod connections;
+mod exchanges;
+pub(crate) mod overview;
+mod queues;
+
+pub(crate) use overview::RABBITMQ_VERSION;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use serde_json::{Map, Value as Json_};
+use warren_core::vhost::VHost;
+
+use crate::error::{ApiError, ApiResult};
+use crate::{auth, ApiState};
+
+/// The connection id the API acts as: no client connection owns anything it declares.
+pub(crate) const API_CONNECTION: u64 = 0;
+
+/// Builds the API router; `extend` adds routes (behind the same authentication).
+pub fn api_router(
+    state: Arc<ApiState>,
+    extend: impl FnOnce(Router<Arc<ApiState>>) -> Router<Arc<ApiState>>,
+) -> Router {
+    let api = Router::new()
+        .route("/api/overview", get(overview::overview))
+        .route("/api/nodes", get(overview::nodes))
+        .route("/api/nodes/{node}", get(overview::node))
+        .route("/api/whoami", get(overview::whoami))
+        .route("/api/health/checks/alarms", get(overview::alarms))
+        .route("/api/health/checks/local-alarms", get(overview::alarms))
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(overview::port_listener),
+        )
+        .route(
+            "/api/health/checks/virtual-hosts",
+            get(overview::virtual_hosts),
+        )
+        .route("/api/aliveness-test/{vhost}", get(overview::aliveness))
+        .route("/api/connections", get(connections::list))
+        .route(
+            "/api/connections/{name}",
+            get(connections::one).delete(connections::close),
+        )
+        .route(
+            "/api/connections/{name}/channels",
+            get(connections::channels_of),
+        )
+        .route("/api/channels", get(connections::channels))
+        .route("/api/consumers", get(connections::consumers))
+        .route("/api/consumers/{vhost}", get(connections::consumers_in))
+        .route("/api/exchanges", get(exchanges::list))
+        .route("/api/exchanges/{vhost}", get(exchanges::list_in))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(exchanges::one)
+                .put(exchanges::declare)
+                .delete(exchanges::delete),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(exchanges::publish),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(bindings::of_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(bindings::of_exchange_destination),
+        )
+        .route("/api/queues", get(queues::list))
+        .route("/api/queues/{vhost}", get(queues::list_in))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(queues::one).put(queues::declare).delete(queues::delete),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            axum::routing::delete(queues::purge),
+        )
+        .route("/api/queues/{vhost}/{name}/get", post(queues::get_messages))
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::of_queue),
+        )
+        .route("/api/bindings", get(bindings::list))
+        .route("/api/bindings/{vhost}", get(bindings::list_in))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
+            get(bindings::between).post(bindings::create),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+            get(bindings::one).delete(bindings::delete),
+        );
+    extend(api)
+        .fallback(|| async { ApiError::not_found() })
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_user,
+        ))
+        .with_state(state)
+}
+
+/// The vhost named in a path, or 404.
+pub(crate) fn vhost(state: &ApiState, name: &str) -> ApiResult<Arc<VHost>> {
+    state.broker.vhost(name).ok_or_else(ApiError::not_found)
+}
+
+/// A request body that must be a JSON object (empty is an empty object). Parsed here rather
+/// than by axum's `Json` so that a missing Content-Type is accepted, as RabbitMQ does.
+pub(crate) fn body_object(body: &[u8]) -> ApiResult<Map<String, Json_>> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(Json_::Object(map)) => Ok(map),
+        Ok(other) => Err(ApiError::bad_request(format!(
+            "expected a JSON object, got {other}"
+        ))),
+        Err(error) => Err(ApiError::bad_request(format!("malformed JSON: {error}"))),
+    }
+}
+
+/// `{"rate": r}`, RabbitMQ's `*_details`.
+pub(crate) fn rate(value: f64) -> Json_ {
+    serde_json::json!({ "rate": (value * 10.0).round() / 10.0 })
+}

@@ -1,0 +1,263 @@
+//! `/api/queues`: list, declare, delete, purge and get.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Map, Value as Json_};
+use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::vhost::{QueueDeclare, VHost};
+
+use super::{body_object, rate, vhost, API_CONNECTION};
+use crate::convert::{self, flag, payload_to_json, properties_to_json, table_to_json};
+use crate::error::{ApiError, ApiResult};
+use crate::query::{self, Params};
+use crate::ApiState;
+
+/// Most messages one `/get` request takes.
+const GET_COUNT_MAX: u64 = 10_000;
+
+pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
+    let def = queue.def();
+    let stats = queue.stats();
+    let rates = state.rates.queue(&def.vhost, &def.name);
+    let messages = stats.messages_ready + stats.messages_unacknowledged;
+    json!({
+        "name": def.name.as_ref(),
+        "vhost": def.vhost.as_ref(),
+        "type": "classic",
+        "durable": def.durable,
+        "auto_delete": def.auto_delete,
+        "exclusive": def.exclusive_owner.is_some(),
+        "arguments": table_to_json(&def.arguments),
+        "node": state.node,
+        "state": "running",
+        "policy": null,
+        "consumers": stats.consumers,
+        "messages": messages,
+        "messages_details": rate(rates.messages),
+        "messages_ready": stats.messages_ready,
+        "messages_ready_details": rate(rates.messages_ready),
+        "messages_unacknowledged": stats.messages_unacknowledged,
+        "messages_unacknowledged_details": rate(rates.messages_unacknowledged),
+        "message_stats": {
+            "publish": stats.published_total, "publish_details": rate(rates.publish),
+            "deliver_get": stats.delivered_total, "deliver_get_details": rate(rates.deliver_get),
+            "ack": stats.acknowledged_total, "ack_details": rate(rates.ack),
+            "redeliver": stats.redelivered_total, "redeliver_details": rate(rates.redeliver),
+        },
+    })
+}
+
+fn queues_of(state: &ApiState, vhosts: &[Arc<VHost>]) -> Vec<Json_> {
+    vhosts
+        .iter()
+        .flat_map(|v| v.queue_handles())
+        .filter(|q| !q.name().starts_with("amq.rabbitmq.reply-to."))
+        .map(|q| queue_json(state, &q))
+        .collect()
+}
+
+fn all_vhosts(state: &ApiState) -> Vec<Arc<VHost>> {
+    state
+        .broker
+        .vhost_names()
+        .iter()
+        .filter_map(|n| state.broker.vhost(n))
+        .collect()
+}
+
+pub async fn list(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = queues_of(&state, &all_vhosts(&state));
+    Ok(Json(query::list(items, &params, &["vhost", "name"])?))
+}
+
+pub async fn list_in(
+    State(state): State<Arc<ApiState>>,
+    Path(vhost_name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = queues_of(&state, &[vhost(&state, &vhost_name)?]);
+    Ok(Json(query::list(items, &params, &["vhost", "name"])?))
+}
+
+pub(crate) fn find(vhost: &VHost, name: &str) -> ApiResult<QueueHandle> {
+    vhost
+        .snapshot()
+        .queue(name)
+        .cloned()
+        .ok_or_else(ApiError::not_found)
+}
+
+pub async fn one(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let vhost = vhost(&state, &vhost_name)?;
+    let queue = find(&vhost, &name)?;
+    Ok(Json(query::project_one(queue_json(&state, &queue), &params)))
+}
+
+pub async fn declare(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let vhost = vhost(&state, &vhost_name)?;
+    let body = body_object(&body)?;
+    let mut arguments = convert::json_to_table(body.get("arguments"))?;
+    let kind = queue_type(&body, &arguments)?;
+    if kind == "quorum" {
+        tracing::warn!(
+            vhost = %vhost_name, queue = %name,
+            "quorum queues are not supported yet: declaring a durable classic queue"
+        );
+    }
+    if !arguments.contains_key("x-queue-type") && body.contains_key("queue_type") {
+        arguments.insert("x-queue-type".into(), warren_core::value::Value::Str(kind));
+    }
+    let existed = vhost.snapshot().queue(&name).is_some();
+    vhost.declare_queue(
+        QueueDeclare {
+            name,
+            passive: false,
+            durable: flag(&body, "durable", true)?,
+            exclusive: false,
+            auto_delete: flag(&body, "auto_delete", false)?,
+            arguments,
+        },
+        API_CONNECTION,
+    )?;
+    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+}
+
+/// `x-queue-type` (or the request's `queue_type`, as rabbitmqadmin sends it): classic, or
+/// quorum (served by a durable classic queue for now); streams are refused.
+fn queue_type(body: &Map<String, Json_>, arguments: &warren_core::value::Table) -> ApiResult<String> {
+    let kind = arguments
+        .get("x-queue-type")
+        .and_then(|v| v.as_str())
+        .or_else(|| body.get("queue_type").and_then(Json_::as_str))
+        .unwrap_or("classic");
+    match kind {
+        "classic" | "quorum" => Ok(kind.to_string()),
+        other => Err(ApiError::bad_request(format!(
+            "queue type '{other}' is not supported by Warren yet (classic and quorum are)"
+        ))),
+    }
+}
+
+pub async fn delete(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<StatusCode> {
+    let vhost = vhost(&state, &vhost_name)?;
+    find(&vhost, &name)?;
+    let if_empty = params.get("if-empty").is_some_and(|v| v == "true");
+    let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
+    vhost
+        .delete_queue(&name, if_unused, if_empty, API_CONNECTION)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn purge(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let vhost = vhost(&state, &vhost_name)?;
+    find(&vhost, &name)?;
+    vhost.purge_queue(&name, API_CONNECTION).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// POST `/get`: takes up to `count` messages, then acks, requeues or rejects them all
+/// (`ackmode`), so that one request sees `count` different messages.
+pub async fn get_messages(
+    State(state): State<Arc<ApiState>>,
+    Path((vhost_name, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<Json_>> {
+    let vhost = vhost(&state, &vhost_name)?;
+    let queue = find(&vhost, &name)?;
+    let body = body_object(&body)?;
+    let count = match body.get("count") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| ApiError::bad_request("count must be a positive integer"))?,
+    }
+    .min(GET_COUNT_MAX);
+    let settle = match convert::text(&body, "ackmode") {
+        "ack_requeue_false" => SettleOp::Ack,
+        "reject_requeue_false" => SettleOp::Discard,
+        "ack_requeue_true" | "reject_requeue_true" | "" => SettleOp::Requeue,
+        other => return Err(ApiError::bad_request(format!("unknown ackmode {other}"))),
+    };
+    let encoding = match convert::text(&body, "encoding") {
+        "" | "auto" => "auto",
+        "base64" => "base64",
+        other => return Err(ApiError::bad_request(format!("unknown encoding {other}"))),
+    };
+    let truncate = body.get("truncate").and_then(Json_::as_u64);
+    let mut out = Vec::new();
+    let mut seqs = Vec::new();
+    for _ in 0..count {
+        let reply = queue
+            .request(|reply| QueueCmd::Get { channel: 0, no_ack: false, reply })
+            .await?;
+        let Some(got) = reply else { break };
+        let delivery = got.delivery;
+        seqs.push(delivery.seq);
+        let message = &delivery.message;
+        let mut body = &message.body[..];
+        if let Some(limit) = truncate.and_then(|t| usize::try_from(t).ok()) {
+            body = &body[..body.len().min(limit)];
+        }
+        let (payload, payload_encoding) = payload_to_json(body, encoding);
+        out.push(json!({
+            "payload_bytes": message.body.len(),
+            "redelivered": delivery.redelivered,
+            "exchange": String::from_utf8_lossy(&message.exchange),
+            "routing_key": String::from_utf8_lossy(&message.routing_key),
+            "message_count": got.remaining,
+            "properties": properties_to_json(&message.properties),
+            "payload": payload,
+            "payload_encoding": payload_encoding,
+        }));
+    }
+    if !seqs.is_empty() {
+        queue.send(QueueCmd::Settle { op: settle, seqs }).await?;
+    }
+    Ok(Json(Json_::Array(out)))
+}
+
+/// RabbitMQ's aliveness test: declare `aliveness-test`, publish a message to it, get it.
+pub(crate) async fn aliveness(vhost: &Arc<VHost>) -> ApiResult<bool> {
+    let queue = vhost.declare_queue(
+        QueueDeclare {
+            name: "aliveness-test".into(),
+            passive: false,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: Default::default(),
+        },
+        API_CONNECTION,
+    )?;
+    let properties = Bytes::from_static(&[0, 0]);
+    super::exchanges::publish_message(vhost, "", "aliveness-test", properties, Bytes::from_static(b"test_message"))
+        .await?;
+    let reply = queue
+        .request(|reply| QueueCmd::Get { channel: 0, no_ack: true, reply })
+        .await?;
+    Ok(reply.is_some_and(|got| &got.delivery.message.body[..] == b"test_message"))
+}
