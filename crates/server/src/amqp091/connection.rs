@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
-use warren_core::registry::{ConnectionDetails, ConnectionEntry, Registration};
+use warren_core::registry::{ConnectionDetails, ConnectionEntry, GlobalCounters, Registration};
 use warren_core::value::Table;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
@@ -254,7 +254,22 @@ impl Connection {
             self.on_events();
             self.grant_credit().await;
             self.flush().await?;
+            self.add_counts();
         }
+    }
+
+    /// Adds this turn's message counts to the broker's totals (Prometheus' global counters).
+    fn add_counts(&mut self) {
+        let counts = std::mem::take(&mut self.pending.counts);
+        if counts.received + counts.confirmed == 0 {
+            return;
+        }
+        let global = self.shared.broker.registry().counters();
+        GlobalCounters::add(&global.received, counts.received);
+        GlobalCounters::add(&global.routed, counts.routed);
+        GlobalCounters::add(&global.unroutable_dropped, counts.unroutable_dropped);
+        GlobalCounters::add(&global.unroutable_returned, counts.unroutable_returned);
+        GlobalCounters::add(&global.confirmed, counts.confirmed);
     }
 
     /// Lists the connection in the broker's registry (management API) once it is open.

@@ -66,6 +66,19 @@ pub struct Pending {
     next_ticket: u64,
     /// tx.commit waits for its publishes to be safe through this.
     commit_reply: Option<tokio::sync::oneshot::Sender<bool>>,
+    /// Message counts of this turn, added to the broker's totals once per turn.
+    pub(super) counts: MessageCounts,
+}
+
+/// Per-connection message counts, moved to `GlobalCounters` once per turn (see
+/// `Connection::add_counts`): no shared write per message.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MessageCounts {
+    pub received: u64,
+    pub routed: u64,
+    pub unroutable_dropped: u64,
+    pub unroutable_returned: u64,
+    pub confirmed: u64,
 }
 
 impl Pending {
@@ -223,6 +236,7 @@ impl Connection {
         });
         let mut targets = Vec::new();
         self.route(id, &message, &cc, &mut targets)?;
+        self.pending.counts.received += 1;
         let channel = self
             .channels
             .get_mut(&id)
@@ -255,6 +269,7 @@ impl Connection {
     ) {
         if targets.is_empty() {
             if mandatory {
+                self.pending.counts.unroutable_returned += 1;
                 let method = Method::BasicReturn(BasicReturn {
                     reply_code: reply_code::NO_ROUTE,
                     reply_text: "NO_ROUTE".into(),
@@ -264,9 +279,12 @@ impl Connection {
                 let frame_max = self.tuning.frame_max;
                 self.out
                     .content(id, &method, &message.properties, &message.body, frame_max);
+            } else {
+                self.pending.counts.unroutable_dropped += 1;
             }
             return;
         }
+        self.pending.counts.routed += 1;
         for queue in &targets {
             self.pending.publish(queue, message.clone(), tag);
         }
@@ -483,6 +501,7 @@ impl Connection {
         };
         let mut methods = Vec::new();
         let mut ack_up_to = None;
+        let mut confirmed = 0;
         while let Some(waiting) = confirm.waiting.front().copied() {
             if waiting.ticket.is_some() {
                 break;
@@ -490,9 +509,9 @@ impl Connection {
             confirm.waiting.pop_front();
             if !waiting.ok {
                 if let Some(up_to) = ack_up_to.take() {
-                    methods.push(confirm_method(confirm, up_to, true));
+                    methods.push(confirm_method(confirm, up_to, true, &mut confirmed));
                 }
-                methods.push(confirm_method(confirm, waiting.up_to, false));
+                methods.push(confirm_method(confirm, waiting.up_to, false, &mut confirmed));
                 confirm.rejected.retain(|&seq| seq > waiting.up_to);
                 continue;
             }
@@ -502,18 +521,19 @@ impl Connection {
                     continue;
                 }
                 if seq - 1 > confirm.acked {
-                    methods.push(confirm_method(confirm, seq - 1, true));
+                    methods.push(confirm_method(confirm, seq - 1, true, &mut confirmed));
                 }
                 ack_up_to = None; // covered by the ack just sent
-                methods.push(confirm_method(confirm, seq, false));
+                methods.push(confirm_method(confirm, seq, false, &mut confirmed));
             }
             if waiting.up_to > confirm.acked {
                 ack_up_to = Some(waiting.up_to);
             }
         }
         if let Some(up_to) = ack_up_to {
-            methods.push(confirm_method(confirm, up_to, true));
+            methods.push(confirm_method(confirm, up_to, true, &mut confirmed));
         }
+        self.pending.counts.confirmed += confirmed;
         for method in methods {
             self.out.method(id, &method);
         }
@@ -627,8 +647,17 @@ fn stores_durably(queue: &QueueHandle) -> bool {
 }
 
 /// basic.ack or basic.nack of every publish up to `up_to` not yet confirmed.
-fn confirm_method(confirm: &mut super::channel::Confirms, up_to: u64, ack: bool) -> Method {
+/// `confirmed` counts the publishes acked.
+fn confirm_method(
+    confirm: &mut super::channel::Confirms,
+    up_to: u64,
+    ack: bool,
+    confirmed: &mut u64,
+) -> Method {
     let multiple = up_to - confirm.acked > 1;
+    if ack {
+        *confirmed += up_to - confirm.acked;
+    }
     confirm.acked = up_to;
     if ack {
         Method::BasicAck(BasicAck {

@@ -1,0 +1,419 @@
+//! The management HTTP API and Prometheus endpoint, driven over real HTTP (reqwest) next to
+//! AMQP clients (lapin): what one side declares or publishes the other sees.
+
+use std::time::Duration;
+
+use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{json, Value};
+use warren_tests::{
+    bounded, confirm_channel, eventually, get_all, message_count, publish, unique, TestBroker,
+};
+
+const LIMIT: Duration = Duration::from_secs(5);
+
+/// A client for one broker's API, as guest.
+struct Api {
+    http: Client,
+    base: String,
+}
+
+impl Api {
+    fn new(broker: &TestBroker) -> Api {
+        let http = Client::builder()
+            .timeout(LIMIT)
+            .build()
+            .expect("build an HTTP client");
+        Api {
+            http,
+            base: broker.http_url(),
+        }
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .basic_auth("guest", Some("guest"));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = bounded!(request.send()).expect("HTTP request");
+        let status = response.status();
+        let text = bounded!(response.text()).expect("HTTP body");
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+        };
+        (status, json)
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, json) = self.send(Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "GET {path}: {json}");
+        json
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let queue = unique("mgmt-q");
+    tracing::info!("declare with PUT, as rabbitmqadmin does (quorum is served as classic)");
+    let body = json!({"durable": "true", "auto_delete": false,
+                      "arguments": {"x-queue-type": "quorum"}});
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/queues/%2F/{queue}"), Some(body.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/queues/%2F/{queue}"), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "redeclaring is idempotent");
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    bounded!(channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()))
+        .expect("the queue exists over AMQP");
+    for i in 0..3 {
+        publish(&channel, "", &queue, format!("m{i}").as_bytes()).await;
+    }
+    let path = format!("/api/queues/%2F/{queue}");
+    eventually("three messages ready", LIMIT, || async {
+        api.get(&path).await["messages_ready"] == 3
+    })
+    .await;
+    let info = api.get(&path).await;
+    assert_eq!(info["name"], queue.as_str());
+    assert_eq!(info["vhost"], "/");
+    assert_eq!(info["durable"], true);
+    assert_eq!(info["type"], "classic");
+    assert_eq!(info["messages"], 3);
+    assert_eq!(info["messages_unacknowledged"], 0);
+    assert_eq!(info["consumers"], 0);
+    assert_eq!(info["message_stats"]["publish"], 3);
+    assert!(info["message_stats"]["publish_details"]["rate"].is_number());
+
+    tracing::info!("a consumer without acks shows unacked messages and a consumer");
+    let consumer_channel = bounded!(connection.create_channel()).unwrap();
+    let _consumer = bounded!(consumer_channel.basic_consume(
+        queue.as_str().into(),
+        "mgmt-ctag".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default()
+    ))
+    .unwrap();
+    eventually("three unacked, one consumer", LIMIT, || async {
+        let info = api.get(&path).await;
+        info["messages_unacknowledged"] == 3 && info["consumers"] == 1
+    })
+    .await;
+    let consumers = api.get("/api/consumers").await;
+    let mine = consumers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["consumer_tag"] == "mgmt-ctag")
+        .expect("the consumer is listed");
+    assert_eq!(mine["queue"]["name"], queue.as_str());
+    assert_eq!(mine["ack_required"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_get_and_purge_over_http() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let queue = unique("mgmt-get");
+    let queue_path = format!("/api/queues/%2F/{queue}");
+    api.send(Method::PUT, &queue_path, Some(json!({"durable": false}))).await;
+    for i in 0..4 {
+        let body = json!({"routing_key": queue, "payload": format!("hello {i}"),
+                          "payload_encoding": "string",
+                          "properties": {"delivery_mode": 2, "headers": {"h": "v"}}});
+        let (status, reply) = api
+            .send(Method::POST, "/api/exchanges/%2F/amq.default/publish", Some(body))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(reply, json!({"routed": true}));
+    }
+    let (_, reply) = api
+        .send(Method::POST, "/api/exchanges/%2F/amq.default/publish",
+              Some(json!({"routing_key": "nowhere", "payload": "x", "payload_encoding": "string",
+                          "properties": {}})))
+        .await;
+    assert_eq!(reply, json!({"routed": false}));
+
+    tracing::info!("get with requeue leaves the messages; ack_requeue_false takes them");
+    let get = |ackmode: &str, count: u32| {
+        json!({"count": count, "ackmode": ackmode, "encoding": "auto", "truncate": 50000})
+    };
+    let get_path = format!("{queue_path}/get");
+    let (status, got) = api
+        .send(Method::POST, &get_path, Some(get("ack_requeue_true", 2)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let got = got.as_array().unwrap().clone();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0]["payload"], "hello 0");
+    assert_eq!(got[1]["payload"], "hello 1");
+    assert_eq!(got[0]["payload_encoding"], "string");
+    assert_eq!(got[0]["properties"]["delivery_mode"], 2);
+    assert_eq!(got[0]["properties"]["headers"]["h"], "v");
+    assert_eq!(got[0]["routing_key"], queue.as_str());
+    let (_, got) = api
+        .send(Method::POST, &get_path, Some(get("ack_requeue_false", 1)))
+        .await;
+    assert_eq!(got[0]["payload"], "hello 0");
+    assert_eq!(got[0]["redelivered"], true);
+    assert_eq!(got[0]["message_count"], 3);
+    let connection = broker.connect().await;
+    assert_eq!(message_count(&connection, &queue).await, 3);
+
+    tracing::info!("DELETE contents purges");
+    let (status, _) = api
+        .send(Method::DELETE, &format!("{queue_path}/contents"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(message_count(&connection, &queue).await, 0);
+
+    tracing::info!("delete with if-empty, then unknown queues are 404");
+    let (status, _) = api
+        .send(Method::DELETE, &format!("{queue_path}?if-empty=true"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, error) = api.send(Method::GET, &queue_path, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error, json!({"error": "Object Not Found", "reason": "Not Found"}));
+    let (status, _) = api.send(Method::GET, "/api/queues/no-such-vhost", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchanges_and_bindings_over_http_route_amqp_publishes() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let exchange = unique("mgmt-x");
+    let queue = unique("mgmt-bq");
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/exchanges/%2F/{exchange}"),
+              Some(json!({"type": "topic", "durable": true})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, error) = api
+        .send(Method::PUT, &format!("/api/exchanges/%2F/{exchange}"),
+              Some(json!({"type": "fanout", "durable": true})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(error["reason"].as_str().unwrap().contains("inequivalent arg 'type'"), "{error}");
+    let info = api.get(&format!("/api/exchanges/%2F/{exchange}")).await;
+    assert_eq!(info["type"], "topic");
+    let names: Vec<String> = api.get("/api/exchanges/%2F").await.as_array().unwrap()
+        .iter().map(|e| e["name"].as_str().unwrap().to_string()).collect();
+    assert!(names.contains(&String::new()) && names.contains(&"amq.topic".to_string()));
+    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None).await;
+
+    tracing::info!("bind with POST, publish over AMQP, the message arrives");
+    let bind_path = format!("/api/bindings/%2F/e/{exchange}/q/{queue}");
+    let (status, _) = api
+        .send(Method::POST, &bind_path, Some(json!({"routing_key": "a.*", "arguments": {}})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let bindings = api.get(&bind_path).await;
+    assert_eq!(bindings.as_array().unwrap().len(), 1);
+    assert_eq!(bindings[0]["properties_key"], "a.%2A");
+    let queue_bindings = api.get(&format!("/api/queues/%2F/{queue}/bindings")).await;
+    assert_eq!(queue_bindings.as_array().unwrap().len(), 2, "default + topic: {queue_bindings}");
+    let source = api.get(&format!("/api/exchanges/%2F/{exchange}/bindings/source")).await;
+    assert_eq!(source[0]["destination"], queue.as_str());
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    publish(&channel, &exchange, "a.b", b"routed").await;
+    assert_eq!(get_all(&channel, &queue).await, vec!["routed".to_string()]);
+
+    tracing::info!("delete the binding by its properties key");
+    let (status, _) = api
+        .send(Method::DELETE, &format!("{bind_path}/a.%252A"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(api.get(&bind_path).await.as_array().unwrap().is_empty());
+    let (status, _) = api
+        .send(Method::DELETE, &format!("/api/exchanges/%2F/{exchange}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = api
+        .send(Method::GET, &format!("/api/exchanges/%2F/{exchange}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_listed_and_closed_by_delete() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let connection = broker.connect().await;
+    let _channel = confirm_channel(&connection).await;
+    eventually("one connection with a channel", LIMIT, || async {
+        let list = api.get("/api/connections").await;
+        list.as_array().is_some_and(|l| l.len() == 1 && l[0]["channels"] == 1)
+    })
+    .await;
+    let list = api.get("/api/connections").await;
+    let entry = &list[0];
+    let name = entry["name"].as_str().unwrap().to_string();
+    assert!(name.contains(" -> "), "{name}");
+    assert_eq!(entry["user"], "guest");
+    assert_eq!(entry["vhost"], "/");
+    assert_eq!(entry["protocol"], "AMQP 0-9-1");
+    assert!(entry["client_properties"]["product"].is_string(), "{entry}");
+    let channels = api.get("/api/channels").await;
+    assert_eq!(channels[0]["confirm"], true);
+    assert_eq!(channels[0]["connection_details"]["name"], name.as_str());
+    let overview = api.get("/api/overview").await;
+    assert_eq!(overview["object_totals"]["connections"], 1);
+    assert_eq!(overview["object_totals"]["channels"], 1);
+
+    tracing::info!("DELETE closes it with 320 CONNECTION_FORCED");
+    let encoded: String = name
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    let (status, _) = api
+        .send(Method::DELETE, &format!("/api/connections/{encoded}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    eventually("the lapin connection is closed", LIMIT, || async {
+        !connection.status().connected()
+    })
+    .await;
+    eventually("no connection listed", LIMIT, || async {
+        api.get("/api/connections").await.as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_are_401_and_whoami_names_the_user() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let response = bounded!(api
+        .http
+        .get(format!("{}/api/overview", api.base))
+        .basic_auth("guest", Some("wrong"))
+        .send())
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().contains_key("www-authenticate"));
+    let body: Value = bounded!(response.json()).unwrap();
+    assert_eq!(body["error"], "not_authorized");
+    let response = bounded!(api.http.get(format!("{}/api/queues", api.base)).send()).unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let me = api.get("/api/whoami").await;
+    assert_eq!(me["name"], "guest");
+    assert_eq!(api.get("/api/health/checks/alarms").await["status"], "ok");
+    assert_eq!(api.get("/api/health/checks/virtual-hosts").await["status"], "ok");
+    assert_eq!(api.get("/api/aliveness-test/%2F").await["status"], "ok");
+    let amqp_port = broker.addr().port();
+    let path = format!("/api/health/checks/port-listener/{amqp_port}");
+    assert_eq!(api.get(&path).await["status"], "ok");
+    let (status, _) = api.send(Method::GET, "/api/health/checks/port-listener/1", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let nodes = api.get("/api/nodes").await;
+    assert!(nodes[0]["name"].as_str().unwrap().starts_with("rabbit@"));
+    assert_eq!(nodes[0]["running"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_page_sort_filter_and_project() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let prefix = unique("page");
+    for i in 0..5 {
+        api.send(Method::PUT, &format!("/api/queues/%2F/{prefix}-{i}"), None).await;
+    }
+    let page = api
+        .get(&format!("/api/queues/%2F?page=2&page_size=2&name={prefix}&columns=name,vhost&sort=name&sort_reverse=true"))
+        .await;
+    assert_eq!(page["total_count"], 5);
+    assert_eq!(page["filtered_count"], 5);
+    assert_eq!(page["page_count"], 3);
+    assert_eq!(page["page"], 2);
+    assert_eq!(page["item_count"], 2);
+    assert_eq!(page["items"], json!([
+        {"name": format!("{prefix}-2"), "vhost": "/"},
+        {"name": format!("{prefix}-1"), "vhost": "/"},
+    ]));
+    let regex = api
+        .get(&format!("/api/queues?page=1&name=^{prefix}-[34]$&use_regex=true&columns=name"))
+        .await;
+    assert_eq!(regex["filtered_count"], 2);
+    let (status, error) = api.send(Method::GET, "/api/queues?page=9", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+}
+
+/// The value of an unlabelled or labelled sample in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_have_rabbitmq_names_and_move() {
+    let broker = TestBroker::start().await;
+    let http = Client::builder().timeout(LIMIT).build().unwrap();
+    let url = broker.prometheus_url();
+    let scrape = |path: &'static str| {
+        let http = http.clone();
+        let url = format!("{url}{path}");
+        async move {
+            let response = bounded!(http.get(url).send()).unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            bounded!(response.text()).unwrap()
+        }
+    };
+    let before = scrape("/metrics").await;
+    for name in [
+        "rabbitmq_connections", "rabbitmq_channels", "rabbitmq_consumers", "rabbitmq_queues",
+        "rabbitmq_queue_messages_ready", "rabbitmq_queue_messages_unacked",
+        "rabbitmq_queue_messages", "rabbitmq_process_resident_memory_bytes",
+        "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
+        "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_disk_space_available_bytes",
+    ] {
+        assert!(sample(&before, name).is_some(), "{name} missing:\n{before}");
+    }
+    for name in ["rabbitmq_global_messages_received_total", "rabbitmq_global_messages_confirmed_total",
+                 "rabbitmq_global_messages_routed_total", "rabbitmq_global_messages_delivered_total",
+                 "rabbitmq_build_info", "rabbitmq_identity_info"] {
+        assert!(before.contains(&format!("\n{name}{{")), "{name} missing:\n{before}");
+    }
+    assert_eq!(sample(&before, "rabbitmq_connections"), Some(0.0));
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    let queue = unique("prom");
+    bounded!(channel.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(),
+                                   FieldTable::default())).unwrap();
+    publish(&channel, "", &queue, b"one").await;
+    publish(&channel, "", &queue, b"two").await;
+    let series = format!("rabbitmq_detailed_queue_messages_ready{{vhost=\"/\",queue=\"{queue}\"}}");
+    eventually("per-object series shows two ready", LIMIT, || async {
+        sample(&scrape("/metrics/per-object").await, &series) == Some(2.0)
+    })
+    .await;
+    let after = scrape("/metrics").await;
+    assert_eq!(sample(&after, "rabbitmq_connections"), Some(1.0));
+    assert_eq!(sample(&after, "rabbitmq_channels"), Some(1.0));
+    assert_eq!(sample(&after, "rabbitmq_queue_messages_ready"), Some(2.0));
+    let received = "rabbitmq_global_messages_received_total{protocol=\"amqp091\"}";
+    assert_eq!(sample(&after, received), Some(2.0), "{after}");
+    let confirmed = "rabbitmq_global_messages_confirmed_total{protocol=\"amqp091\"}";
+    assert_eq!(sample(&after, confirmed), Some(2.0));
+}
