@@ -132,7 +132,10 @@ impl TestBroker {
             Target::External { addr, .. } => std::env::var("WARREN_TEST_HTTP_URL")
                 .unwrap_or_else(|_| format!("http://{}:15672", addr.ip())),
             Target::InProcess(broker) => {
-                let addr = broker.running.http_addr().expect("management API is on in tests");
+                let addr = broker
+                    .running
+                    .http_addr()
+                    .expect("management API is on in tests");
                 format!("http://{addr}")
             }
         }
@@ -143,7 +146,10 @@ impl TestBroker {
         match &self.target {
             Target::External { addr, .. } => format!("http://{}:15692", addr.ip()),
             Target::InProcess(broker) => {
-                let addr = broker.running.prometheus_addr().expect("Prometheus is on in tests");
+                let addr = broker
+                    .running
+                    .prometheus_addr()
+                    .expect("Prometheus is on in tests");
                 format!("http://{addr}")
             }
         }

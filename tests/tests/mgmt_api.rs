@@ -66,7 +66,11 @@ async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
     let body = json!({"durable": "true", "auto_delete": false,
                       "arguments": {"x-queue-type": "quorum"}});
     let (status, _) = api
-        .send(Method::PUT, &format!("/api/queues/%2F/{queue}"), Some(body.clone()))
+        .send(
+            Method::PUT,
+            &format!("/api/queues/%2F/{queue}"),
+            Some(body.clone()),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = api
@@ -131,28 +135,36 @@ async fn publish_get_and_purge_over_http() {
     let api = Api::new(&broker);
     let queue = unique("mgmt-get");
     let queue_path = format!("/api/queues/%2F/{queue}");
-    api.send(Method::PUT, &queue_path, Some(json!({"durable": false}))).await;
+    api.send(Method::PUT, &queue_path, Some(json!({"durable": false})))
+        .await;
     for i in 0..4 {
         let body = json!({"routing_key": queue, "payload": format!("hello {i}"),
                           "payload_encoding": "string",
                           "properties": {"delivery_mode": 2, "headers": {"h": "v"}}});
         let (status, reply) = api
-            .send(Method::POST, "/api/exchanges/%2F/amq.default/publish", Some(body))
+            .send(
+                Method::POST,
+                "/api/exchanges/%2F/amq.default/publish",
+                Some(body),
+            )
             .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(reply, json!({"routed": true}));
     }
     let (_, reply) = api
-        .send(Method::POST, "/api/exchanges/%2F/amq.default/publish",
-              Some(json!({"routing_key": "nowhere", "payload": "x", "payload_encoding": "string",
-                          "properties": {}})))
+        .send(
+            Method::POST,
+            "/api/exchanges/%2F/amq.default/publish",
+            Some(
+                json!({"routing_key": "nowhere", "payload": "x", "payload_encoding": "string",
+                          "properties": {}}),
+            ),
+        )
         .await;
     assert_eq!(reply, json!({"routed": false}));
 
     tracing::info!("get with requeue leaves the messages; ack_requeue_false takes them");
-    let get = |ackmode: &str, count: u32| {
-        json!({"count": count, "ackmode": ackmode, "encoding": "auto", "truncate": 50000})
-    };
+    let get = |ackmode: &str, count: u32| json!({"count": count, "ackmode": ackmode, "encoding": "auto", "truncate": 50000});
     let get_path = format!("{queue_path}/get");
     let (status, got) = api
         .send(Method::POST, &get_path, Some(get("ack_requeue_true", 2)))
@@ -189,8 +201,13 @@ async fn publish_get_and_purge_over_http() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, error) = api.send(Method::GET, &queue_path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(error, json!({"error": "Object Not Found", "reason": "Not Found"}));
-    let (status, _) = api.send(Method::GET, "/api/queues/no-such-vhost", None).await;
+    assert_eq!(
+        error,
+        json!({"error": "Object Not Found", "reason": "Not Found"})
+    );
+    let (status, _) = api
+        .send(Method::GET, "/api/queues/no-such-vhost", None)
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -201,35 +218,64 @@ async fn exchanges_and_bindings_over_http_route_amqp_publishes() {
     let exchange = unique("mgmt-x");
     let queue = unique("mgmt-bq");
     let (status, _) = api
-        .send(Method::PUT, &format!("/api/exchanges/%2F/{exchange}"),
-              Some(json!({"type": "topic", "durable": true})))
+        .send(
+            Method::PUT,
+            &format!("/api/exchanges/%2F/{exchange}"),
+            Some(json!({"type": "topic", "durable": true})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, error) = api
-        .send(Method::PUT, &format!("/api/exchanges/%2F/{exchange}"),
-              Some(json!({"type": "fanout", "durable": true})))
+        .send(
+            Method::PUT,
+            &format!("/api/exchanges/%2F/{exchange}"),
+            Some(json!({"type": "fanout", "durable": true})),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(error["reason"].as_str().unwrap().contains("inequivalent arg 'type'"), "{error}");
+    assert!(
+        error["reason"]
+            .as_str()
+            .unwrap()
+            .contains("inequivalent arg 'type'"),
+        "{error}"
+    );
     let info = api.get(&format!("/api/exchanges/%2F/{exchange}")).await;
     assert_eq!(info["type"], "topic");
-    let names: Vec<String> = api.get("/api/exchanges/%2F").await.as_array().unwrap()
-        .iter().map(|e| e["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<String> = api
+        .get("/api/exchanges/%2F")
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
     assert!(names.contains(&String::new()) && names.contains(&"amq.topic".to_string()));
-    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None).await;
+    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+        .await;
 
     tracing::info!("bind with POST, publish over AMQP, the message arrives");
     let bind_path = format!("/api/bindings/%2F/e/{exchange}/q/{queue}");
     let (status, _) = api
-        .send(Method::POST, &bind_path, Some(json!({"routing_key": "a.*", "arguments": {}})))
+        .send(
+            Method::POST,
+            &bind_path,
+            Some(json!({"routing_key": "a.*", "arguments": {}})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let bindings = api.get(&bind_path).await;
     assert_eq!(bindings.as_array().unwrap().len(), 1);
     assert_eq!(bindings[0]["properties_key"], "a.%2A");
     let queue_bindings = api.get(&format!("/api/queues/%2F/{queue}/bindings")).await;
-    assert_eq!(queue_bindings.as_array().unwrap().len(), 2, "default + topic: {queue_bindings}");
-    let source = api.get(&format!("/api/exchanges/%2F/{exchange}/bindings/source")).await;
+    assert_eq!(
+        queue_bindings.as_array().unwrap().len(),
+        2,
+        "default + topic: {queue_bindings}"
+    );
+    let source = api
+        .get(&format!("/api/exchanges/%2F/{exchange}/bindings/source"))
+        .await;
     assert_eq!(source[0]["destination"], queue.as_str());
     let connection = broker.connect().await;
     let channel = confirm_channel(&connection).await;
@@ -243,7 +289,11 @@ async fn exchanges_and_bindings_over_http_route_amqp_publishes() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(api.get(&bind_path).await.as_array().unwrap().is_empty());
     let (status, _) = api
-        .send(Method::DELETE, &format!("/api/exchanges/%2F/{exchange}"), None)
+        .send(
+            Method::DELETE,
+            &format!("/api/exchanges/%2F/{exchange}"),
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _) = api
@@ -260,7 +310,8 @@ async fn connections_are_listed_and_closed_by_delete() {
     let _channel = confirm_channel(&connection).await;
     eventually("one connection with a channel", LIMIT, || async {
         let list = api.get("/api/connections").await;
-        list.as_array().is_some_and(|l| l.len() == 1 && l[0]["channels"] == 1)
+        list.as_array()
+            .is_some_and(|l| l.len() == 1 && l[0]["channels"] == 1)
     })
     .await;
     let list = api.get("/api/connections").await;
@@ -295,7 +346,10 @@ async fn connections_are_listed_and_closed_by_delete() {
     })
     .await;
     eventually("no connection listed", LIMIT, || async {
-        api.get("/api/connections").await.as_array().is_some_and(Vec::is_empty)
+        api.get("/api/connections")
+            .await
+            .as_array()
+            .is_some_and(Vec::is_empty)
     })
     .await;
 }
@@ -319,12 +373,17 @@ async fn bad_credentials_are_401_and_whoami_names_the_user() {
     let me = api.get("/api/whoami").await;
     assert_eq!(me["name"], "guest");
     assert_eq!(api.get("/api/health/checks/alarms").await["status"], "ok");
-    assert_eq!(api.get("/api/health/checks/virtual-hosts").await["status"], "ok");
+    assert_eq!(
+        api.get("/api/health/checks/virtual-hosts").await["status"],
+        "ok"
+    );
     assert_eq!(api.get("/api/aliveness-test/%2F").await["status"], "ok");
     let amqp_port = broker.addr().port();
     let path = format!("/api/health/checks/port-listener/{amqp_port}");
     assert_eq!(api.get(&path).await["status"], "ok");
-    let (status, _) = api.send(Method::GET, "/api/health/checks/port-listener/1", None).await;
+    let (status, _) = api
+        .send(Method::GET, "/api/health/checks/port-listener/1", None)
+        .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let nodes = api.get("/api/nodes").await;
     assert!(nodes[0]["name"].as_str().unwrap().starts_with("rabbit@"));
@@ -337,7 +396,8 @@ async fn lists_page_sort_filter_and_project() {
     let api = Api::new(&broker);
     let prefix = unique("page");
     for i in 0..5 {
-        api.send(Method::PUT, &format!("/api/queues/%2F/{prefix}-{i}"), None).await;
+        api.send(Method::PUT, &format!("/api/queues/%2F/{prefix}-{i}"), None)
+            .await;
     }
     let page = api
         .get(&format!("/api/queues/%2F?page=2&page_size=2&name={prefix}&columns=name,vhost&sort=name&sort_reverse=true"))
@@ -347,12 +407,17 @@ async fn lists_page_sort_filter_and_project() {
     assert_eq!(page["page_count"], 3);
     assert_eq!(page["page"], 2);
     assert_eq!(page["item_count"], 2);
-    assert_eq!(page["items"], json!([
-        {"name": format!("{prefix}-2"), "vhost": "/"},
-        {"name": format!("{prefix}-1"), "vhost": "/"},
-    ]));
+    assert_eq!(
+        page["items"],
+        json!([
+            {"name": format!("{prefix}-2"), "vhost": "/"},
+            {"name": format!("{prefix}-1"), "vhost": "/"},
+        ])
+    );
     let regex = api
-        .get(&format!("/api/queues?page=1&name=^{prefix}-[34]$&use_regex=true&columns=name"))
+        .get(&format!(
+            "/api/queues?page=1&name=^{prefix}-[34]$&use_regex=true&columns=name"
+        ))
         .await;
     assert_eq!(regex["filtered_count"], 2);
     let (status, error) = api.send(Method::GET, "/api/queues?page=9", None).await;
@@ -382,25 +447,44 @@ async fn prometheus_metrics_have_rabbitmq_names_and_move() {
     };
     let before = scrape("/metrics").await;
     for name in [
-        "rabbitmq_connections", "rabbitmq_channels", "rabbitmq_consumers", "rabbitmq_queues",
-        "rabbitmq_queue_messages_ready", "rabbitmq_queue_messages_unacked",
-        "rabbitmq_queue_messages", "rabbitmq_process_resident_memory_bytes",
-        "rabbitmq_resident_memory_limit_bytes", "rabbitmq_alarms_memory_used_watermark",
-        "rabbitmq_alarms_free_disk_space_watermark", "rabbitmq_disk_space_available_bytes",
+        "rabbitmq_connections",
+        "rabbitmq_channels",
+        "rabbitmq_consumers",
+        "rabbitmq_queues",
+        "rabbitmq_queue_messages_ready",
+        "rabbitmq_queue_messages_unacked",
+        "rabbitmq_queue_messages",
+        "rabbitmq_process_resident_memory_bytes",
+        "rabbitmq_resident_memory_limit_bytes",
+        "rabbitmq_alarms_memory_used_watermark",
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "rabbitmq_disk_space_available_bytes",
     ] {
         assert!(sample(&before, name).is_some(), "{name} missing:\n{before}");
     }
-    for name in ["rabbitmq_global_messages_received_total", "rabbitmq_global_messages_confirmed_total",
-                 "rabbitmq_global_messages_routed_total", "rabbitmq_global_messages_delivered_total",
-                 "rabbitmq_build_info", "rabbitmq_identity_info"] {
-        assert!(before.contains(&format!("\n{name}{{")), "{name} missing:\n{before}");
+    for name in [
+        "rabbitmq_global_messages_received_total",
+        "rabbitmq_global_messages_confirmed_total",
+        "rabbitmq_global_messages_routed_total",
+        "rabbitmq_global_messages_delivered_total",
+        "rabbitmq_build_info",
+        "rabbitmq_identity_info",
+    ] {
+        assert!(
+            before.contains(&format!("\n{name}{{")),
+            "{name} missing:\n{before}"
+        );
     }
     assert_eq!(sample(&before, "rabbitmq_connections"), Some(0.0));
     let connection = broker.connect().await;
     let channel = confirm_channel(&connection).await;
     let queue = unique("prom");
-    bounded!(channel.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(),
-                                   FieldTable::default())).unwrap();
+    bounded!(channel.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default()
+    ))
+    .unwrap();
     publish(&channel, "", &queue, b"one").await;
     publish(&channel, "", &queue, b"two").await;
     let series = format!("rabbitmq_detailed_queue_messages_ready{{vhost=\"/\",queue=\"{queue}\"}}");

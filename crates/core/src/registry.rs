@@ -155,7 +155,10 @@ impl Drop for Registration {
             .connections
             .write()
             .remove(&self.entry.details.id);
-        debug_assert!(removed.is_some(), "invariant: registered once, removed once");
+        debug_assert!(
+            removed.is_some(),
+            "invariant: registered once, removed once"
+        );
     }
 }
 

@@ -106,7 +106,10 @@ pub async fn start_with_routes(
     let http = bind(config.bind_address, config.http_port, "HTTP API").await?;
     let prometheus = bind(config.bind_address, config.prometheus_port, "Prometheus").await?;
     let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
-    let prometheus_addr = prometheus.as_ref().map(TcpListener::local_addr).transpose()?;
+    let prometheus_addr = prometheus
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
     let mut listeners = vec![("amqp", config.amqp_addr)];
     listeners.extend(http_addr.map(|a| ("http", a)));
     listeners.extend(prometheus_addr.map(|a| ("http/prometheus", a)));

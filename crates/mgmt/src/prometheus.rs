@@ -31,7 +31,10 @@ pub fn router(state: Arc<ApiState>) -> Router {
 }
 
 async fn aggregated(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&state, false))
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        render(&state, false),
+    )
 }
 
 async fn per_object(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
@@ -100,41 +103,101 @@ fn queue_stats(state: &ApiState) -> Vec<(String, String, QueueStatsSnapshot)> {
 fn render_node(state: &ApiState, f: &mut Family<'_>) {
     let sample = state.broker.alarms().sample();
     let alarms = state.broker.alarms().current();
-    f.single("rabbitmq_process_resident_memory_bytes", "gauge",
-        "Memory used in bytes", sample.rss_bytes);
-    f.single("rabbitmq_resident_memory_limit_bytes", "gauge",
-        "Memory high watermark in bytes", sample.memory_limit_bytes);
-    f.single("rabbitmq_disk_space_available_bytes", "gauge",
-        "Disk space available in bytes", sample.disk_free_bytes);
-    f.single("rabbitmq_disk_space_available_limit_bytes", "gauge",
-        "Free disk space low watermark in bytes", sample.disk_free_limit_bytes);
-    f.single("rabbitmq_alarms_memory_used_watermark", "gauge",
+    f.single(
+        "rabbitmq_process_resident_memory_bytes",
+        "gauge",
+        "Memory used in bytes",
+        sample.rss_bytes,
+    );
+    f.single(
+        "rabbitmq_resident_memory_limit_bytes",
+        "gauge",
+        "Memory high watermark in bytes",
+        sample.memory_limit_bytes,
+    );
+    f.single(
+        "rabbitmq_disk_space_available_bytes",
+        "gauge",
+        "Disk space available in bytes",
+        sample.disk_free_bytes,
+    );
+    f.single(
+        "rabbitmq_disk_space_available_limit_bytes",
+        "gauge",
+        "Free disk space low watermark in bytes",
+        sample.disk_free_limit_bytes,
+    );
+    f.single(
+        "rabbitmq_alarms_memory_used_watermark",
+        "gauge",
         "is 1 if VM memory watermark alarm is in effect",
-        u8::from(alarms.contains(Resource::Memory)));
-    f.single("rabbitmq_alarms_free_disk_space_watermark", "gauge",
+        u8::from(alarms.contains(Resource::Memory)),
+    );
+    f.single(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "gauge",
         "is 1 if free disk space watermark alarm is in effect",
-        u8::from(alarms.contains(Resource::Disk)));
-    f.single("rabbitmq_alarms_file_descriptor_limit", "gauge",
-        "is 1 if file descriptor limit alarm is in effect", 0);
-    f.header("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info");
+        u8::from(alarms.contains(Resource::Disk)),
+    );
+    f.single(
+        "rabbitmq_alarms_file_descriptor_limit",
+        "gauge",
+        "is 1 if file descriptor limit alarm is in effect",
+        0,
+    );
+    f.header(
+        "rabbitmq_build_info",
+        "untyped",
+        "RabbitMQ & Erlang/OTP version info",
+    );
     f.sample("rabbitmq_build_info", &format!(
         "rabbitmq_version=\"{}\",prometheus_plugin_version=\"{}\",prometheus_client_version=\"none\",erlang_version=\"none\",product_name=\"Warren\",product_version=\"{}\"",
         crate::routes::RABBITMQ_VERSION, env!("CARGO_PKG_VERSION"), env!("CARGO_PKG_VERSION")), 1);
-    f.header("rabbitmq_identity_info", "untyped", "RabbitMQ node & cluster identity info");
-    f.sample("rabbitmq_identity_info", &format!(
-        "rabbitmq_node=\"{}\",rabbitmq_cluster=\"{}\",rabbitmq_cluster_permanent_id=\"{}\"",
-        label(&state.node), label(&state.node), label(&state.node)), 1);
-    f.single("rabbitmq_erlang_uptime_seconds", "gauge", "Node uptime",
-        state.started.elapsed().as_secs());
+    f.header(
+        "rabbitmq_identity_info",
+        "untyped",
+        "RabbitMQ node & cluster identity info",
+    );
+    f.sample(
+        "rabbitmq_identity_info",
+        &format!(
+            "rabbitmq_node=\"{}\",rabbitmq_cluster=\"{}\",rabbitmq_cluster_permanent_id=\"{}\"",
+            label(&state.node),
+            label(&state.node),
+            label(&state.node)
+        ),
+        1,
+    );
+    f.single(
+        "rabbitmq_erlang_uptime_seconds",
+        "gauge",
+        "Node uptime",
+        state.started.elapsed().as_secs(),
+    );
 }
 
 fn render_objects(state: &ApiState, f: &mut Family<'_>, queue_count: usize) {
     let connections = state.broker.registry().connections();
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
     let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
-    f.single("rabbitmq_connections", "gauge", "Connections currently open", connections.len());
-    f.single("rabbitmq_channels", "gauge", "Channels currently open", channels);
-    f.single("rabbitmq_consumers", "gauge", "Consumers currently connected", consumers);
+    f.single(
+        "rabbitmq_connections",
+        "gauge",
+        "Connections currently open",
+        connections.len(),
+    );
+    f.single(
+        "rabbitmq_channels",
+        "gauge",
+        "Channels currently open",
+        channels,
+    );
+    f.single(
+        "rabbitmq_consumers",
+        "gauge",
+        "Consumers currently connected",
+        consumers,
+    );
     f.single("rabbitmq_queues", "gauge", "Queues available", queue_count);
 }
 
@@ -167,40 +230,89 @@ fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStats
     };
     let label = "protocol=\"amqp091\"";
     for (name, help, value) in [
-        ("rabbitmq_global_messages_delivered_total",
-         "Total number of messages delivered to consumers", sum(|s| s.delivered_total)),
-        ("rabbitmq_global_messages_acknowledged_total",
-         "Total number of messages acknowledged by consumers", sum(|s| s.acknowledged_total)),
-        ("rabbitmq_global_messages_redelivered_total",
-         "Total number of messages redelivered to consumers", sum(|s| s.redelivered_total)),
+        (
+            "rabbitmq_global_messages_delivered_total",
+            "Total number of messages delivered to consumers",
+            sum(|s| s.delivered_total),
+        ),
+        (
+            "rabbitmq_global_messages_acknowledged_total",
+            "Total number of messages acknowledged by consumers",
+            sum(|s| s.acknowledged_total),
+        ),
+        (
+            "rabbitmq_global_messages_redelivered_total",
+            "Total number of messages redelivered to consumers",
+            sum(|s| s.redelivered_total),
+        ),
     ] {
         f.header(name, "counter", help);
         f.sample(name, label, value);
     }
-    f.single("rabbitmq_queue_messages_ready", "gauge",
-        "Messages ready to be delivered to consumers", sum(|s| s.messages_ready));
-    f.single("rabbitmq_queue_messages_unacked", "gauge",
-        "Messages delivered to consumers but not yet acknowledged", sum(|s| s.messages_unacknowledged));
-    f.single("rabbitmq_queue_messages", "gauge",
+    f.single(
+        "rabbitmq_queue_messages_ready",
+        "gauge",
+        "Messages ready to be delivered to consumers",
+        sum(|s| s.messages_ready),
+    );
+    f.single(
+        "rabbitmq_queue_messages_unacked",
+        "gauge",
+        "Messages delivered to consumers but not yet acknowledged",
+        sum(|s| s.messages_unacknowledged),
+    );
+    f.single(
+        "rabbitmq_queue_messages",
+        "gauge",
         "Sum of ready and unacknowledged messages (queue depth)",
-        sum(|s| s.messages_ready + s.messages_unacknowledged));
-    f.single("rabbitmq_queue_consumers", "gauge", "Consumers on a queue", sum(|s| s.consumers));
-    f.single("rabbitmq_queue_messages_published_total", "counter",
-        "Total number of messages published to queues", sum(|s| s.published_total));
+        sum(|s| s.messages_ready + s.messages_unacknowledged),
+    );
+    f.single(
+        "rabbitmq_queue_consumers",
+        "gauge",
+        "Consumers on a queue",
+        sum(|s| s.consumers),
+    );
+    f.single(
+        "rabbitmq_queue_messages_published_total",
+        "counter",
+        "Total number of messages published to queues",
+        sum(|s| s.published_total),
+    );
 }
 
 fn render_per_queue(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
     let families: [(&str, &str, &str, fn(&QueueStatsSnapshot) -> u64); 5] = [
-        ("rabbitmq_detailed_queue_messages_ready", "gauge",
-         "Messages ready to be delivered to consumers", |s| s.messages_ready),
-        ("rabbitmq_detailed_queue_messages_unacked", "gauge",
-         "Messages delivered to consumers but not yet acknowledged", |s| s.messages_unacknowledged),
-        ("rabbitmq_detailed_queue_messages", "gauge",
-         "Sum of ready and unacknowledged messages (queue depth)",
-         |s| s.messages_ready + s.messages_unacknowledged),
-        ("rabbitmq_detailed_queue_consumers", "gauge", "Consumers on a queue", |s| s.consumers),
-        ("rabbitmq_detailed_queue_messages_published_total", "counter",
-         "Total number of messages published to queues", |s| s.published_total),
+        (
+            "rabbitmq_detailed_queue_messages_ready",
+            "gauge",
+            "Messages ready to be delivered to consumers",
+            |s| s.messages_ready,
+        ),
+        (
+            "rabbitmq_detailed_queue_messages_unacked",
+            "gauge",
+            "Messages delivered to consumers but not yet acknowledged",
+            |s| s.messages_unacknowledged,
+        ),
+        (
+            "rabbitmq_detailed_queue_messages",
+            "gauge",
+            "Sum of ready and unacknowledged messages (queue depth)",
+            |s| s.messages_ready + s.messages_unacknowledged,
+        ),
+        (
+            "rabbitmq_detailed_queue_consumers",
+            "gauge",
+            "Consumers on a queue",
+            |s| s.consumers,
+        ),
+        (
+            "rabbitmq_detailed_queue_messages_published_total",
+            "counter",
+            "Total number of messages published to queues",
+            |s| s.published_total,
+        ),
     ];
     for (name, kind, help, pick) in families {
         f.header(name, kind, help);

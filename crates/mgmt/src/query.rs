@@ -17,7 +17,11 @@ pub type Params = HashMap<String, String>;
 
 /// Applies the query parameters to a list of items (objects), sorted by `default_sort` when
 /// the request names no sort key.
-pub fn list(mut items: Vec<Json>, params: &Params, default_sort: &[&str]) -> Result<Json, ApiError> {
+pub fn list(
+    mut items: Vec<Json>,
+    params: &Params,
+    default_sort: &[&str],
+) -> Result<Json, ApiError> {
     let total_count = items.len();
     let sort_keys: Vec<String> = match params.get("sort").filter(|s| !s.is_empty()) {
         Some(keys) => keys.split(',').map(str::to_string).collect(),
@@ -82,13 +86,21 @@ fn filter_by_name(items: Vec<Json>, params: &Params) -> Result<Vec<Json>, ApiErr
     let Some(pattern) = params.get("name").filter(|n| !n.is_empty()) else {
         return Ok(items);
     };
-    let name_of = |item: &Json| item.get("name").and_then(Json::as_str).unwrap_or("").to_string();
+    let name_of = |item: &Json| {
+        item.get("name")
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     if is_true(params.get("use_regex")) {
         let regex = regex::RegexBuilder::new(pattern)
             .size_limit(1 << 20)
             .build()
             .map_err(|error| ApiError::bad_request(format!("invalid regex: {error}")))?;
-        Ok(items.into_iter().filter(|i| regex.is_match(&name_of(i))).collect())
+        Ok(items
+            .into_iter()
+            .filter(|i| regex.is_match(&name_of(i)))
+            .collect())
     } else {
         Ok(items
             .into_iter()

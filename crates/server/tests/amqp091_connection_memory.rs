@@ -38,8 +38,8 @@ fn an_idle_connection_with_two_channels_costs_little_heap() {
         .unwrap();
     let data_dir = tempfile::tempdir().unwrap();
     let config = warren_server::Config {
-            management_port: None,
-            prometheus_port: None,
+        management_port: None,
+        prometheus_port: None,
         amqp_port: 0,
         bind_address: [127, 0, 0, 1].into(),
         data_dir: data_dir.path().to_path_buf(),

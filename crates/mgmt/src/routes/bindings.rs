@@ -41,9 +41,9 @@ pub(crate) fn properties_key(routing_key: &str, arguments: &Table) -> String {
     }
     // FNV-1a over the arguments' canonical (sorted) JSON: stable across restarts.
     let text = table_to_json(arguments).to_string();
-    let hash = text
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     format!("{key}~{hash:016x}")
 }
 
@@ -139,7 +139,10 @@ pub async fn of_source(
         return Err(ApiError::not_found());
     }
     let source = core_name(&exchange).to_string();
-    answer(matching(&vhost, |b| b["source"] == source.as_str()), &params)
+    answer(
+        matching(&vhost, |b| b["source"] == source.as_str()),
+        &params,
+    )
 }
 
 pub async fn of_exchange_destination(
@@ -217,7 +220,13 @@ pub async fn create(
     let routing_key = convert::text(&body, "routing_key").to_string();
     let arguments = convert::json_to_table(body.get("arguments"))?;
     let key = properties_key(&routing_key, &arguments);
-    vhost.bind(&source, destination, &routing_key, arguments, API_CONNECTION)?;
+    vhost.bind(
+        &source,
+        destination,
+        &routing_key,
+        arguments,
+        API_CONNECTION,
+    )?;
     let location = utf8_percent_encode(&key, NON_ALPHANUMERIC).to_string();
     Ok((StatusCode::CREATED, [(header::LOCATION, location)]).into_response())
 }

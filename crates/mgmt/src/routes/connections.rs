@@ -39,7 +39,12 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
     })
 }
 
-fn channel_json(state: &ApiState, entry: &ConnectionEntry, channel: &ChannelDetails, consumers: usize) -> Json_ {
+fn channel_json(
+    state: &ApiState,
+    entry: &ConnectionEntry,
+    channel: &ChannelDetails,
+    consumers: usize,
+) -> Json_ {
     let d = &entry.details;
     json!({
         "name": format!("{} ({})", entry.name(), channel.number),
@@ -112,7 +117,10 @@ pub async fn one(
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
     let entry = find(&state, &name)?;
-    Ok(Json(query::project_one(connection_json(&state, &entry), &params)))
+    Ok(Json(query::project_one(
+        connection_json(&state, &entry),
+        &params,
+    )))
 }
 
 /// DELETE: closes the connection with 320 CONNECTION_FORCED; the `X-Reason` header gives
@@ -138,7 +146,10 @@ fn channels_of_entry(state: &ApiState, entry: &ConnectionEntry) -> Vec<Json_> {
         .channels()
         .iter()
         .map(|channel| {
-            let count = consumers.iter().filter(|c| c.channel == channel.number).count();
+            let count = consumers
+                .iter()
+                .filter(|c| c.channel == channel.number)
+                .count();
             channel_json(state, entry, channel, count)
         })
         .collect()
@@ -188,7 +199,11 @@ pub async fn consumers(
     State(state): State<Arc<ApiState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    Ok(Json(query::list(consumers_where(&state, None), &params, &["consumer_tag"])?))
+    Ok(Json(query::list(
+        consumers_where(&state, None),
+        &params,
+        &["consumer_tag"],
+    )?))
 }
 
 pub async fn consumers_in(

@@ -63,7 +63,11 @@ pub async fn list(
         .iter()
         .filter_map(|n| state.broker.vhost(n))
         .collect();
-    Ok(Json(query::list(exchanges_of(&vhosts), &params, &["vhost", "name"])?))
+    Ok(Json(query::list(
+        exchanges_of(&vhosts),
+        &params,
+        &["vhost", "name"],
+    )?))
 }
 
 pub async fn list_in(
@@ -126,7 +130,11 @@ pub async fn declare(
         internal: flag(&body, "internal", false)?,
         arguments: convert::json_to_table(body.get("arguments"))?,
     })?;
-    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+    Ok(if existed {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    })
 }
 
 pub async fn delete(
@@ -163,14 +171,24 @@ pub async fn publish(
                 .decode(payload)
                 .map_err(|e| ApiError::bad_request(format!("payload is not base64: {e}")))?,
         ),
-        other => return Err(ApiError::bad_request(format!("unknown payload_encoding {other}"))),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unknown payload_encoding {other}"
+            )))
+        }
     };
     let properties = convert::json_to_properties(body.get("properties"))?;
     let mut encoded = BytesMut::new();
     properties.encode(&mut encoded);
     let routing_key = convert::text(&body, "routing_key");
-    let routed =
-        publish_message(&vhost, core_name(&name), routing_key, encoded.freeze(), payload).await?;
+    let routed = publish_message(
+        &vhost,
+        core_name(&name),
+        routing_key,
+        encoded.freeze(),
+        payload,
+    )
+    .await?;
     Ok(Json(json!({ "routed": routed })))
 }
 
@@ -197,10 +215,7 @@ pub(crate) async fn publish_message(
         .as_ref()
         .and_then(|e| e.as_str().parse().ok());
     let mut fields = || MessageFields {
-        headers: decoded
-            .headers
-            .as_ref()
-            .map(convert::field_table_to_core),
+        headers: decoded.headers.as_ref().map(convert::field_table_to_core),
         message_id: decoded.message_id.as_ref().map(|v| v.to_string()),
         correlation_id: decoded.correlation_id.as_ref().map(|v| v.to_string()),
         timestamp: decoded.timestamp,

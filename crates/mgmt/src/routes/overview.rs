@@ -16,13 +16,18 @@ use crate::ApiState;
 /// The RabbitMQ release whose management API Warren answers as.
 pub(crate) const RABBITMQ_VERSION: &str = "3.10.8";
 
-pub async fn overview(State(state): State<Arc<ApiState>>, Query(params): Query<Params>) -> Json<Json_> {
+pub async fn overview(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> Json<Json_> {
     let totals = state.rates.total();
     let (mut ready, mut unacked, mut published, mut delivered, mut acked, mut queues) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
     let mut exchanges = 0;
     for name in state.broker.vhost_names() {
-        let Some(vhost) = state.broker.vhost(&name) else { continue };
+        let Some(vhost) = state.broker.vhost(&name) else {
+            continue;
+        };
         exchanges += vhost.exchanges().len() + 1; // and the default exchange
         for queue in vhost.queue_handles() {
             let stats = queue.stats();
@@ -81,8 +86,15 @@ pub async fn overview(State(state): State<Arc<ApiState>>, Query(params): Query<P
 }
 
 fn exchange_types() -> Json_ {
-    let kinds = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-modulus-hash",
-        "x-local-random"];
+    let kinds = [
+        "direct",
+        "fanout",
+        "topic",
+        "headers",
+        "x-consistent-hash",
+        "x-modulus-hash",
+        "x-local-random",
+    ];
     Json_::Array(
         kinds
             .iter()
@@ -115,8 +127,15 @@ fn node_json(state: &ApiState) -> Json_ {
     })
 }
 
-pub async fn nodes(State(state): State<Arc<ApiState>>, Query(params): Query<Params>) -> ApiResult<Json<Json_>> {
-    Ok(Json(query::list(vec![node_json(&state)], &params, &["name"])?))
+pub async fn nodes(
+    State(state): State<Arc<ApiState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    Ok(Json(query::list(
+        vec![node_json(&state)],
+        &params,
+        &["name"],
+    )?))
 }
 
 pub async fn node(
@@ -145,7 +164,10 @@ pub async fn alarms(State(state): State<Arc<ApiState>>) -> ApiResult<Json<Json_>
             list.push(json!({"node": state.node, "resource": name}));
         }
     }
-    Err(ApiError::unavailable(format!("resource alarm(s) in effect: {}", json!(list))))
+    Err(ApiError::unavailable(format!(
+        "resource alarm(s) in effect: {}",
+        json!(list)
+    )))
 }
 
 pub async fn port_listener(
@@ -181,6 +203,8 @@ pub async fn aliveness(
     if ok {
         Ok(Json(json!({"status": "ok"})))
     } else {
-        Err(ApiError::unavailable("aliveness test message did not come back"))
+        Err(ApiError::unavailable(
+            "aliveness test message did not come back",
+        ))
     }
 }

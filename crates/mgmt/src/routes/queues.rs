@@ -101,7 +101,10 @@ pub async fn one(
 ) -> ApiResult<Json<Json_>> {
     let vhost = vhost(&state, &vhost_name)?;
     let queue = find(&vhost, &name)?;
-    Ok(Json(query::project_one(queue_json(&state, &queue), &params)))
+    Ok(Json(query::project_one(
+        queue_json(&state, &queue),
+        &params,
+    )))
 }
 
 pub async fn declare(
@@ -134,12 +137,19 @@ pub async fn declare(
         },
         API_CONNECTION,
     )?;
-    Ok(if existed { StatusCode::NO_CONTENT } else { StatusCode::CREATED })
+    Ok(if existed {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    })
 }
 
 /// `x-queue-type` (or the request's `queue_type`, as rabbitmqadmin sends it): classic, or
 /// quorum (served by a durable classic queue for now); streams are refused.
-fn queue_type(body: &Map<String, Json_>, arguments: &warren_core::value::Table) -> ApiResult<String> {
+fn queue_type(
+    body: &Map<String, Json_>,
+    arguments: &warren_core::value::Table,
+) -> ApiResult<String> {
     let kind = arguments
         .get("x-queue-type")
         .and_then(|v| v.as_str())
@@ -212,7 +222,11 @@ pub async fn get_messages(
     let mut seqs = Vec::new();
     for _ in 0..count {
         let reply = queue
-            .request(|reply| QueueCmd::Get { channel: 0, no_ack: false, reply })
+            .request(|reply| QueueCmd::Get {
+                channel: 0,
+                no_ack: false,
+                reply,
+            })
             .await?;
         let Some(got) = reply else { break };
         let delivery = got.delivery;
@@ -254,10 +268,20 @@ pub(crate) async fn aliveness(vhost: &Arc<VHost>) -> ApiResult<bool> {
         API_CONNECTION,
     )?;
     let properties = Bytes::from_static(&[0, 0]);
-    super::exchanges::publish_message(vhost, "", "aliveness-test", properties, Bytes::from_static(b"test_message"))
-        .await?;
+    super::exchanges::publish_message(
+        vhost,
+        "",
+        "aliveness-test",
+        properties,
+        Bytes::from_static(b"test_message"),
+    )
+    .await?;
     let reply = queue
-        .request(|reply| QueueCmd::Get { channel: 0, no_ack: true, reply })
+        .request(|reply| QueueCmd::Get {
+            channel: 0,
+            no_ack: true,
+            reply,
+        })
         .await?;
     Ok(reply.is_some_and(|got| &got.delivery.message.body[..] == b"test_message"))
 }

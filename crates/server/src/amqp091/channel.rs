@@ -4,9 +4,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use warren_core::registry::ChannelDetails;
 use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
+use warren_core::registry::ChannelDetails;
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
 use warren_proto::amqp091::{
     reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, FieldTable, Method, QueueDeclareOk,

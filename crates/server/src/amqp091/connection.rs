@@ -280,7 +280,11 @@ impl Connection {
             peer: self.peer,
             local: self.local,
             user: self.user.clone(),
-            vhost: self.vhost.as_ref().map(|v| v.name().to_string()).unwrap_or_default(),
+            vhost: self
+                .vhost
+                .as_ref()
+                .map(|v| v.name().to_string())
+                .unwrap_or_default(),
             client_properties: std::mem::take(&mut self.client_properties),
             channel_max: self.tuning.channel_max,
             frame_max: self.tuning.frame_max,

@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use warren_core::registry::ConsumerDetails;
 use warren_core::consumer::{Consumer, Delivery, Event};
 use warren_core::limits::{
     CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
 };
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::registry::ConsumerDetails;
 use warren_core::vhost::generate_name;
 use warren_proto::amqp091::{
     reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver,

@@ -511,7 +511,12 @@ impl Connection {
                 if let Some(up_to) = ack_up_to.take() {
                     methods.push(confirm_method(confirm, up_to, true, &mut confirmed));
                 }
-                methods.push(confirm_method(confirm, waiting.up_to, false, &mut confirmed));
+                methods.push(confirm_method(
+                    confirm,
+                    waiting.up_to,
+                    false,
+                    &mut confirmed,
+                ));
                 confirm.rejected.retain(|&seq| seq > waiting.up_to);
                 continue;
             }
