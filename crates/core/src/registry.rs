@@ -6,7 +6,6 @@
 //! touched per message: message counts live in queue stats and in [`GlobalCounters`], which
 //! connections add to once per batch.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,8 +25,11 @@ pub struct ConnectionDetails {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub user: String,
-    pub vhost: String,
-    pub client_properties: Table,
+    pub vhost: Arc<str>,
+    /// The client's properties in its protocol's encoding (AMQP 0.9.1: a field table body,
+    /// without its length prefix), decoded only when the management API shows them: one
+    /// allocation per connection rather than a tree of them.
+    pub client_properties: bytes::Bytes,
     pub channel_max: u16,
     pub frame_max: u32,
     pub heartbeat: u16,
@@ -68,7 +70,9 @@ pub struct ConsumerDetails {
 /// consumers come and go.
 pub struct ConnectionEntry {
     pub details: ConnectionDetails,
-    channels: Mutex<BTreeMap<u16, ChannelDetails>>,
+    /// Sorted by number; a Vec because a connection has few channels and a map's node
+    /// would cost more than all of them.
+    channels: Mutex<Vec<ChannelDetails>>,
     consumers: Mutex<Vec<ConsumerDetails>>,
     close: Notify,
     close_reason: Mutex<Option<String>>,
@@ -80,7 +84,7 @@ impl ConnectionEntry {
     }
 
     pub fn channels(&self) -> Vec<ChannelDetails> {
-        self.channels.lock().values().cloned().collect()
+        self.channels.lock().clone()
     }
 
     pub fn consumers(&self) -> Vec<ConsumerDetails> {
@@ -93,19 +97,23 @@ impl ConnectionEntry {
 
     /// Records a channel (open) or replaces its details (qos, confirm.select, tx.select).
     pub fn set_channel(&self, channel: ChannelDetails) {
-        self.channels.lock().insert(channel.number, channel);
+        let mut channels = self.channels.lock();
+        match channels.binary_search_by_key(&channel.number, |c| c.number) {
+            Ok(at) => channels[at] = channel,
+            Err(at) => channels.insert(at, channel),
+        }
     }
 
     /// Changes a channel's details in place, if it is registered.
     pub fn update_channel(&self, number: u16, change: impl FnOnce(&mut ChannelDetails)) {
-        if let Some(channel) = self.channels.lock().get_mut(&number) {
+        if let Some(channel) = self.channels.lock().iter_mut().find(|c| c.number == number) {
             change(channel);
         }
     }
 
     /// Forgets a closed channel and its consumers.
     pub fn remove_channel(&self, number: u16) {
-        self.channels.lock().remove(&number);
+        self.channels.lock().retain(|c| c.number != number);
         self.consumers.lock().retain(|c| c.channel != number);
     }
 
@@ -175,7 +183,7 @@ impl Registry {
         let id = details.id;
         let entry = Arc::new(ConnectionEntry {
             details,
-            channels: Mutex::new(BTreeMap::new()),
+            channels: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             close: Notify::new(),
             close_reason: Mutex::new(None),

@@ -36,7 +36,7 @@ pub fn authenticate(
             name: user.to_string(),
             tags: vec!["administrator".to_string()],
         }),
-        Err(text) if text.contains("loopback") => Err(ApiError::unauthorized(format!("{text}"))),
+        Err(text) if text.contains("loopback") => Err(ApiError::unauthorized(text)),
         Err(_) => Err(ApiError::unauthorized("Login failed")),
     }
 }

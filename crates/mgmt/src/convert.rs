@@ -117,6 +117,19 @@ pub fn properties_to_json(raw: &bytes::Bytes) -> Json {
     Json::Object(out)
 }
 
+/// A connection's client properties (an AMQP 0.9.1 field table body) as JSON.
+pub fn client_properties_to_json(encoded: &bytes::Bytes) -> Json {
+    match warren_proto::amqp091::decode_table_body(encoded.clone()) {
+        Ok(table) => Json::Object(
+            table
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), field_to_json(v)))
+                .collect(),
+        ),
+        Err(_) => json!({}),
+    }
+}
+
 /// Message headers as core's values (for headers-exchange routing).
 pub fn field_table_to_core(table: &FieldTable) -> Table {
     table

@@ -281,8 +281,16 @@ fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStats
     );
 }
 
+/// A per-queue metric: name, type, help, and the figure it shows.
+type QueueFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&QueueStatsSnapshot) -> u64,
+);
+
 fn render_per_queue(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
-    let families: [(&str, &str, &str, fn(&QueueStatsSnapshot) -> u64); 5] = [
+    let families: [QueueFamily; 5] = [
         (
             "rabbitmq_detailed_queue_messages_ready",
             "gauge",

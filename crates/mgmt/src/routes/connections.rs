@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Value as Json_};
 use warren_core::registry::{ChannelDetails, ConnectionEntry, ConsumerDetails};
 
-use crate::convert::table_to_json;
+use crate::convert::{self, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
 use crate::ApiState;
@@ -24,7 +24,7 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
         "auth_mechanism": "PLAIN",
         "user": d.user,
         "user_who_performed_action": d.user,
-        "vhost": d.vhost,
+        "vhost": &*d.vhost,
         "host": d.local.ip().to_string(),
         "port": d.local.port(),
         "peer_host": d.peer.ip().to_string(),
@@ -35,7 +35,7 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
         "frame_max": d.frame_max,
         "timeout": d.heartbeat,
         "connected_at": d.connected_at_ms,
-        "client_properties": table_to_json(&d.client_properties),
+        "client_properties": convert::client_properties_to_json(&d.client_properties),
     })
 }
 
@@ -51,7 +51,7 @@ fn channel_json(
         "number": channel.number,
         "node": state.node,
         "user": d.user,
-        "vhost": d.vhost,
+        "vhost": &*d.vhost,
         "state": "running",
         "prefetch_count": channel.prefetch_count,
         "global_prefetch_count": channel.global_prefetch_count,
@@ -70,7 +70,7 @@ fn consumer_json(state: &ApiState, entry: &ConnectionEntry, consumer: &ConsumerD
     let d = &entry.details;
     json!({
         "consumer_tag": consumer.consumer_tag,
-        "queue": {"name": consumer.queue, "vhost": d.vhost},
+        "queue": {"name": consumer.queue, "vhost": &*d.vhost},
         "ack_required": consumer.ack_required,
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch_count,
@@ -185,7 +185,7 @@ fn consumers_where(state: &ApiState, vhost: Option<&str>) -> Vec<Json_> {
         .registry()
         .connections()
         .iter()
-        .filter(|c| vhost.is_none_or(|v| c.details.vhost == v))
+        .filter(|c| vhost.is_none_or(|v| &*c.details.vhost == v))
         .flat_map(|c| {
             c.consumers()
                 .iter()

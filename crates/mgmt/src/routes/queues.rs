@@ -217,7 +217,27 @@ pub async fn get_messages(
         "base64" => "base64",
         other => return Err(ApiError::bad_request(format!("unknown encoding {other}"))),
     };
-    let truncate = body.get("truncate").and_then(Json_::as_u64);
+    let truncate = body
+        .get("truncate")
+        .and_then(Json_::as_u64)
+        .and_then(|t| usize::try_from(t).ok());
+    // In its own task: a client that goes away mid-request must not leave the messages it
+    // took unacknowledged for good.
+    let taking = tokio::spawn(take_messages(queue, count, settle, encoding, truncate));
+    let out = taking
+        .await
+        .map_err(|error| ApiError::bad_request(format!("get failed: {error}")))??;
+    Ok(Json(Json_::Array(out)))
+}
+
+/// Gets up to `count` messages, then settles them all with `settle`.
+async fn take_messages(
+    queue: QueueHandle,
+    count: u64,
+    settle: SettleOp,
+    encoding: &'static str,
+    truncate: Option<usize>,
+) -> ApiResult<Vec<Json_>> {
     let mut out = Vec::new();
     let mut seqs = Vec::new();
     for _ in 0..count {
@@ -227,31 +247,37 @@ pub async fn get_messages(
                 no_ack: false,
                 reply,
             })
-            .await?;
-        let Some(got) = reply else { break };
+            .await;
+        let Ok(Some(got)) = reply else { break };
         let delivery = got.delivery;
         seqs.push(delivery.seq);
-        let message = &delivery.message;
-        let mut body = &message.body[..];
-        if let Some(limit) = truncate.and_then(|t| usize::try_from(t).ok()) {
-            body = &body[..body.len().min(limit)];
-        }
-        let (payload, payload_encoding) = payload_to_json(body, encoding);
-        out.push(json!({
-            "payload_bytes": message.body.len(),
-            "redelivered": delivery.redelivered,
-            "exchange": String::from_utf8_lossy(&message.exchange),
-            "routing_key": String::from_utf8_lossy(&message.routing_key),
-            "message_count": got.remaining,
-            "properties": properties_to_json(&message.properties),
-            "payload": payload,
-            "payload_encoding": payload_encoding,
-        }));
+        out.push(message_json(&delivery, got.remaining, encoding, truncate));
     }
     if !seqs.is_empty() {
         queue.send(QueueCmd::Settle { op: settle, seqs }).await?;
     }
-    Ok(Json(Json_::Array(out)))
+    Ok(out)
+}
+
+fn message_json(
+    delivery: &warren_core::consumer::Delivery,
+    remaining: u32,
+    encoding: &str,
+    truncate: Option<usize>,
+) -> Json_ {
+    let message = &delivery.message;
+    let body = &message.body[..message.body.len().min(truncate.unwrap_or(usize::MAX))];
+    let (payload, payload_encoding) = payload_to_json(body, encoding);
+    json!({
+        "payload_bytes": message.body.len(),
+        "redelivered": delivery.redelivered,
+        "exchange": String::from_utf8_lossy(&message.exchange),
+        "routing_key": String::from_utf8_lossy(&message.routing_key),
+        "message_count": remaining,
+        "properties": properties_to_json(&message.properties),
+        "payload": payload,
+        "payload_encoding": payload_encoding,
+    })
 }
 
 /// RabbitMQ's aliveness test: declare `aliveness-test`, publish a message to it, get it.

@@ -22,7 +22,6 @@ use tokio::time::MissedTickBehavior;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
 use warren_core::registry::{ConnectionDetails, ConnectionEntry, GlobalCounters, Registration};
-use warren_core::value::Table;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
@@ -99,8 +98,9 @@ pub struct Connection {
     closed_by_client: bool,
     /// Where the client connected to (the connection's name is `peer -> local`).
     local: SocketAddr,
-    /// Kept from connection.start-ok until the connection registers.
-    pub(super) client_properties: Table,
+    /// Kept from connection.start-ok until the connection registers (see
+    /// `ConnectionDetails::client_properties`).
+    pub(super) client_properties: bytes::Bytes,
     /// The management API's view of this connection, once open.
     pub(super) registration: Option<Registration>,
 }
@@ -139,7 +139,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         wrote_since_tick: false,
         closed_by_client: false,
         local,
-        client_properties: Table::new(),
+        client_properties: bytes::Bytes::new(),
         registration: None,
     };
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
@@ -283,8 +283,7 @@ impl Connection {
             vhost: self
                 .vhost
                 .as_ref()
-                .map(|v| v.name().to_string())
-                .unwrap_or_default(),
+                .map_or_else(|| Arc::from(""), |v| v.name().clone()),
             client_properties: std::mem::take(&mut self.client_properties),
             channel_max: self.tuning.channel_max,
             frame_max: self.tuning.frame_max,

@@ -70,7 +70,11 @@ impl Connection {
             self.caps.authentication_failure_close = flag("authentication_failure_close");
             self.caps.connection_blocked = flag("connection.blocked");
         }
-        self.client_properties = super::convert::table_to_core(&start_ok.client_properties);
+        let properties = &start_ok.client_properties;
+        let mut encoded = bytes::BytesMut::with_capacity(properties.encoded_len());
+        properties.encode(&mut encoded);
+        // Without the length prefix; a fresh allocation, not a slice of the read buffer.
+        self.client_properties = encoded.freeze().slice(4..);
         let mechanism = start_ok.mechanism.as_str();
         let credentials = match mechanism {
             "PLAIN" => parse_plain(&start_ok.response),
