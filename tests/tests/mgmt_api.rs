@@ -103,6 +103,13 @@ async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
     assert_eq!(info["consumers"], 0);
     assert_eq!(info["message_stats"]["publish"], 3);
     assert!(info["message_stats"]["publish_details"]["rate"].is_number());
+    // The sampler runs once a second: the burst shows as a rate for one sample.
+    eventually("a publish rate", Duration::from_secs(4), || async {
+        let rate = |v: &Value| v["message_stats"]["publish_details"]["rate"].as_f64();
+        rate(&api.get(&path).await).is_some_and(|r| r > 0.0)
+            && rate(&api.get("/api/overview").await).is_some_and(|r| r > 0.0)
+    })
+    .await;
 
     tracing::info!("a consumer without acks shows unacked messages and a consumer");
     let consumer_channel = bounded!(connection.create_channel()).unwrap();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 use warren_core::queue::QueueStatsSnapshot;
+use warren_core::registry::GlobalCounters;
 use warren_core::Broker;
 
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -28,6 +29,16 @@ pub struct MessageRates {
 struct Samples {
     at: Option<Instant>,
     queues: HashMap<(String, String), QueueStatsSnapshot>,
+    /// The broker's received and confirmed totals.
+    received: u64,
+    confirmed: u64,
+}
+
+/// Broker-wide rates of what publishers do, messages per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PublishRates {
+    pub publish: f64,
+    pub confirm: f64,
 }
 
 /// The latest rates, by `(vhost, queue)`, and their sum.
@@ -35,6 +46,7 @@ struct Samples {
 pub struct Rates {
     queues: RwLock<HashMap<(String, String), MessageRates>>,
     total: RwLock<MessageRates>,
+    publishers: RwLock<PublishRates>,
 }
 
 impl Rates {
@@ -48,6 +60,10 @@ impl Rates {
 
     pub fn total(&self) -> MessageRates {
         *self.total.read()
+    }
+
+    pub fn publishers(&self) -> PublishRates {
+        *self.publishers.read()
     }
 
     /// Samples every second until shutdown.
@@ -78,15 +94,29 @@ impl Rates {
             for queue in vhost.queue_handles() {
                 let key = (vhost_name.clone(), queue.name().to_string());
                 let now_stats = queue.stats();
-                let rate = match samples.queues.get(&key) {
-                    Some(before) if elapsed > 0.0 => rates_between(before, &now_stats, elapsed),
-                    _ => MessageRates::default(),
+                // A queue new since the last sample started from zero.
+                let before = samples.queues.get(&key).copied().unwrap_or_default();
+                let rate = if elapsed > 0.0 {
+                    rates_between(&before, &now_stats, elapsed)
+                } else {
+                    MessageRates::default()
                 };
                 add(&mut total, &rate);
                 rates.insert(key.clone(), rate);
                 current.insert(key, now_stats);
             }
         }
+        let counters = broker.registry().counters();
+        let received = GlobalCounters::get(&counters.received);
+        let confirmed = GlobalCounters::get(&counters.confirmed);
+        if elapsed > 0.0 {
+            *self.publishers.write() = PublishRates {
+                publish: received.saturating_sub(samples.received) as f64 / elapsed,
+                confirm: confirmed.saturating_sub(samples.confirmed) as f64 / elapsed,
+            };
+        }
+        samples.received = received;
+        samples.confirmed = confirmed;
         samples.at = Some(now);
         samples.queues = current;
         *self.queues.write() = rates;

@@ -12,6 +12,7 @@ use serde_json::{json, Value as Json_};
 use warren_core::exchange::ExchangeDef;
 use warren_core::message::Message;
 use warren_core::queue::QueueCmd;
+use warren_core::registry::GlobalCounters;
 use warren_core::routing::snapshot::MessageFields;
 use warren_core::vhost::{ExchangeDeclare, VHost};
 
@@ -182,6 +183,7 @@ pub async fn publish(
     properties.encode(&mut encoded);
     let routing_key = convert::text(&body, "routing_key");
     let routed = publish_message(
+        state.broker.registry().counters(),
         &vhost,
         core_name(&name),
         routing_key,
@@ -194,6 +196,7 @@ pub async fn publish(
 
 /// Routes one message and hands it to every queue it reaches; true when it reached one.
 pub(crate) async fn publish_message(
+    counters: &GlobalCounters,
     vhost: &VHost,
     exchange: &str,
     routing_key: &str,
@@ -224,6 +227,7 @@ pub(crate) async fn publish_message(
     vhost
         .snapshot()
         .route(exchange, &[routing_key], &mut fields, &mut targets)?;
+    count_publish(counters, !targets.is_empty());
     let message = Arc::new(message);
     for queue in &targets {
         queue
@@ -236,4 +240,14 @@ pub(crate) async fn publish_message(
             .await?;
     }
     Ok(!targets.is_empty())
+}
+
+/// Counts an API publish in the broker's totals, as a publish over AMQP would be.
+fn count_publish(counters: &GlobalCounters, routed: bool) {
+    GlobalCounters::add(&counters.received, 1);
+    if routed {
+        GlobalCounters::add(&counters.routed, 1);
+    } else {
+        GlobalCounters::add(&counters.unroutable_dropped, 1);
+    }
 }

@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde_json::{json, Value as Json_};
 use warren_core::alarm::Resource;
+use warren_core::registry::GlobalCounters;
 
 use super::{rate, vhost};
 use crate::auth::AuthUser;
@@ -21,8 +22,9 @@ pub async fn overview(
     Query(params): Query<Params>,
 ) -> Json<Json_> {
     let totals = state.rates.total();
-    let (mut ready, mut unacked, mut published, mut delivered, mut acked, mut queues) =
-        (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
+    let publishers = state.rates.publishers();
+    let (mut ready, mut unacked, mut delivered, mut acked, mut queues) =
+        (0u64, 0u64, 0u64, 0u64, 0usize);
     let mut exchanges = 0;
     for name in state.broker.vhost_names() {
         let Some(vhost) = state.broker.vhost(&name) else {
@@ -33,7 +35,6 @@ pub async fn overview(
             let stats = queue.stats();
             ready += stats.messages_ready;
             unacked += stats.messages_unacknowledged;
-            published += stats.published_total;
             delivered += stats.delivered_total;
             acked += stats.acknowledged_total;
             queues += 1;
@@ -44,7 +45,8 @@ pub async fn overview(
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
     let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
     let counters = registry.counters();
-    let received = warren_core::registry::GlobalCounters::get(&counters.received);
+    let received = GlobalCounters::get(&counters.received);
+    let confirmed = GlobalCounters::get(&counters.confirmed);
     let listeners: Vec<Json_> = state
         .listeners
         .iter()
@@ -64,7 +66,8 @@ pub async fn overview(
         "rates_mode": "basic",
         "exchange_types": exchange_types(),
         "message_stats": {
-            "publish": received.max(published), "publish_details": rate(totals.publish),
+            "publish": received, "publish_details": rate(publishers.publish),
+            "confirm": confirmed, "confirm_details": rate(publishers.confirm),
             "deliver_get": delivered, "deliver_get_details": rate(totals.deliver_get),
             "ack": acked, "ack_details": rate(totals.ack),
         },
@@ -199,7 +202,7 @@ pub async fn aliveness(
     Path(vhost_name): Path<String>,
 ) -> ApiResult<Json<Json_>> {
     let vhost = vhost(&state, &vhost_name)?;
-    let ok = super::queues::aliveness(&vhost).await?;
+    let ok = super::queues::aliveness(&state, &vhost).await?;
     if ok {
         Ok(Json(json!({"status": "ok"})))
     } else {

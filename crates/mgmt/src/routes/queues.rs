@@ -281,7 +281,7 @@ fn message_json(
 }
 
 /// RabbitMQ's aliveness test: declare `aliveness-test`, publish a message to it, get it.
-pub(crate) async fn aliveness(vhost: &Arc<VHost>) -> ApiResult<bool> {
+pub(crate) async fn aliveness(state: &ApiState, vhost: &Arc<VHost>) -> ApiResult<bool> {
     let queue = vhost.declare_queue(
         QueueDeclare {
             name: "aliveness-test".into(),
@@ -295,6 +295,7 @@ pub(crate) async fn aliveness(vhost: &Arc<VHost>) -> ApiResult<bool> {
     )?;
     let properties = Bytes::from_static(&[0, 0]);
     super::exchanges::publish_message(
+        state.broker.registry().counters(),
         vhost,
         "",
         "aliveness-test",
