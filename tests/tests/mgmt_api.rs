@@ -494,7 +494,7 @@ async fn prometheus_metrics_have_rabbitmq_names_and_move() {
     .unwrap();
     publish(&channel, "", &queue, b"one").await;
     publish(&channel, "", &queue, b"two").await;
-    let series = format!("rabbitmq_detailed_queue_messages_ready{{vhost=\"/\",queue=\"{queue}\"}}");
+    let series = format!("rabbitmq_queue_messages_ready{{vhost=\"/\",queue=\"{queue}\"}}");
     eventually("per-object series shows two ready", LIMIT, || async {
         sample(&scrape("/metrics/per-object").await, &series) == Some(2.0)
     })

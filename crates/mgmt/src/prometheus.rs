@@ -1,6 +1,7 @@
 //! Prometheus text exposition on its own listener (RabbitMQ's `rabbitmq_prometheus`, port
-//! 15692): `/metrics` aggregates across objects, `/metrics/per-object` adds one series per
-//! queue labelled `vhost` and `queue`. Names and labels are RabbitMQ's wherever Warren has
+//! 15692): `/metrics` aggregates across objects; `/metrics/per-object` gives the queue
+//! metrics (same names) as one series per queue labelled `vhost` and `queue`, as RabbitMQ's
+//! does. Names and labels are RabbitMQ's wherever Warren has
 //! the concept.
 //!
 //! Formatted by hand: the format is a few lines of text per metric, and every figure is read
@@ -80,9 +81,11 @@ pub fn render(state: &ApiState, per_object: bool) -> String {
     render_node(state, &mut f);
     render_objects(state, &mut f, queues.len());
     render_global(state, &mut f);
-    render_queue_totals(&mut f, &queues);
+    render_delivery_totals(&mut f, &queues);
     if per_object {
         render_per_queue(&mut f, &queues);
+    } else {
+        render_queue_totals(&mut f, &queues);
     }
     out
 }
@@ -224,7 +227,7 @@ fn render_global(state: &ApiState, f: &mut Family<'_>) {
     }
 }
 
-fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
+fn render_delivery_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
     let sum = |pick: fn(&QueueStatsSnapshot) -> u64| -> u64 {
         queues.iter().map(|(_, _, s)| pick(s)).sum()
     };
@@ -249,39 +252,17 @@ fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStats
         f.header(name, "counter", help);
         f.sample(name, label, value);
     }
-    f.single(
-        "rabbitmq_queue_messages_ready",
-        "gauge",
-        "Messages ready to be delivered to consumers",
-        sum(|s| s.messages_ready),
-    );
-    f.single(
-        "rabbitmq_queue_messages_unacked",
-        "gauge",
-        "Messages delivered to consumers but not yet acknowledged",
-        sum(|s| s.messages_unacknowledged),
-    );
-    f.single(
-        "rabbitmq_queue_messages",
-        "gauge",
-        "Sum of ready and unacknowledged messages (queue depth)",
-        sum(|s| s.messages_ready + s.messages_unacknowledged),
-    );
-    f.single(
-        "rabbitmq_queue_consumers",
-        "gauge",
-        "Consumers on a queue",
-        sum(|s| s.consumers),
-    );
-    f.single(
-        "rabbitmq_queue_messages_published_total",
-        "counter",
-        "Total number of messages published to queues",
-        sum(|s| s.published_total),
-    );
 }
 
-/// A per-queue metric: name, type, help, and the figure it shows.
+/// The queue metrics summed over every queue (`/metrics`).
+fn render_queue_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
+    for (name, kind, help, pick) in QUEUE_FAMILIES {
+        let total: u64 = queues.iter().map(|(_, _, s)| pick(s)).sum();
+        f.single(name, kind, help, total);
+    }
+}
+
+/// A queue metric: name, type, help, and the figure it shows.
 type QueueFamily = (
     &'static str,
     &'static str,
@@ -289,40 +270,42 @@ type QueueFamily = (
     fn(&QueueStatsSnapshot) -> u64,
 );
 
+const QUEUE_FAMILIES: [QueueFamily; 5] = [
+    (
+        "rabbitmq_queue_messages_ready",
+        "gauge",
+        "Messages ready to be delivered to consumers",
+        |s| s.messages_ready,
+    ),
+    (
+        "rabbitmq_queue_messages_unacked",
+        "gauge",
+        "Messages delivered to consumers but not yet acknowledged",
+        |s| s.messages_unacknowledged,
+    ),
+    (
+        "rabbitmq_queue_messages",
+        "gauge",
+        "Sum of ready and unacknowledged messages - total queue depth",
+        |s| s.messages_ready + s.messages_unacknowledged,
+    ),
+    (
+        "rabbitmq_queue_consumers",
+        "gauge",
+        "Consumers on a queue",
+        |s| s.consumers,
+    ),
+    (
+        "rabbitmq_queue_messages_published_total",
+        "counter",
+        "Total number of messages published to queues",
+        |s| s.published_total,
+    ),
+];
+
+/// One series per queue (`/metrics/per-object`).
 fn render_per_queue(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
-    let families: [QueueFamily; 5] = [
-        (
-            "rabbitmq_detailed_queue_messages_ready",
-            "gauge",
-            "Messages ready to be delivered to consumers",
-            |s| s.messages_ready,
-        ),
-        (
-            "rabbitmq_detailed_queue_messages_unacked",
-            "gauge",
-            "Messages delivered to consumers but not yet acknowledged",
-            |s| s.messages_unacknowledged,
-        ),
-        (
-            "rabbitmq_detailed_queue_messages",
-            "gauge",
-            "Sum of ready and unacknowledged messages (queue depth)",
-            |s| s.messages_ready + s.messages_unacknowledged,
-        ),
-        (
-            "rabbitmq_detailed_queue_consumers",
-            "gauge",
-            "Consumers on a queue",
-            |s| s.consumers,
-        ),
-        (
-            "rabbitmq_detailed_queue_messages_published_total",
-            "counter",
-            "Total number of messages published to queues",
-            |s| s.published_total,
-        ),
-    ];
-    for (name, kind, help, pick) in families {
+    for (name, kind, help, pick) in QUEUE_FAMILIES {
         f.header(name, kind, help);
         for (vhost, queue, stats) in queues {
             let labels = format!("vhost=\"{}\",queue=\"{}\"", label(vhost), label(queue));

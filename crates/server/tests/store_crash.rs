@@ -79,6 +79,11 @@ impl BrokerProcess {
                 &port.to_string(),
                 "--bind-address",
                 "127.0.0.1",
+                // Free ports: tests run in parallel, each with its own broker.
+                "--http-port",
+                "0",
+                "--prometheus-port",
+                "0",
             ])
             .arg("--data-dir")
             .arg(data_dir)
