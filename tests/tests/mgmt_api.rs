@@ -502,6 +502,11 @@ async fn prometheus_metrics_have_rabbitmq_names_and_move() {
     let after = scrape("/metrics").await;
     assert_eq!(sample(&after, "rabbitmq_connections"), Some(1.0));
     assert_eq!(sample(&after, "rabbitmq_channels"), Some(1.0));
+    assert_eq!(
+        sample(&after, "rabbitmq_connections_opened_total"),
+        Some(1.0)
+    );
+    assert!(sample(&after, "rabbitmq_process_open_fds").is_some_and(|n| n > 0.0));
     assert_eq!(sample(&after, "rabbitmq_queue_messages_ready"), Some(2.0));
     let received = "rabbitmq_global_messages_received_total{protocol=\"amqp091\"}";
     assert_eq!(sample(&after, received), Some(2.0), "{after}");

@@ -70,6 +70,7 @@ pub struct ConsumerDetails {
 /// consumers come and go.
 pub struct ConnectionEntry {
     pub details: ConnectionDetails,
+    registry: std::sync::Weak<Registry>,
     /// Sorted by number; a Vec because a connection has few channels and a map's node
     /// would cost more than all of them.
     channels: Mutex<Vec<ChannelDetails>>,
@@ -100,7 +101,10 @@ impl ConnectionEntry {
         let mut channels = self.channels.lock();
         match channels.binary_search_by_key(&channel.number, |c| c.number) {
             Ok(at) => channels[at] = channel,
-            Err(at) => channels.insert(at, channel),
+            Err(at) => {
+                channels.insert(at, channel);
+                self.count(|c| &c.channels_opened);
+            }
         }
     }
 
@@ -113,7 +117,13 @@ impl ConnectionEntry {
 
     /// Forgets a closed channel and its consumers.
     pub fn remove_channel(&self, number: u16) {
-        self.channels.lock().retain(|c| c.number != number);
+        let mut channels = self.channels.lock();
+        let before = channels.len();
+        channels.retain(|c| c.number != number);
+        if channels.len() < before {
+            self.count(|c| &c.channels_closed);
+        }
+        drop(channels);
         self.consumers.lock().retain(|c| c.channel != number);
     }
 
@@ -125,6 +135,12 @@ impl ConnectionEntry {
         self.consumers
             .lock()
             .retain(|c| !(c.channel == channel && c.consumer_tag == consumer_tag));
+    }
+
+    fn count(&self, counter: impl FnOnce(&GlobalCounters) -> &AtomicU64) {
+        if let Some(registry) = self.registry.upgrade() {
+            GlobalCounters::add(counter(&registry.counters), 1);
+        }
     }
 
     /// Asks the connection to close with 320 CONNECTION_FORCED (management API DELETE).
@@ -183,6 +199,7 @@ impl Registry {
         let id = details.id;
         let entry = Arc::new(ConnectionEntry {
             details,
+            registry: Arc::downgrade(self),
             channels: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
             close: Notify::new(),
@@ -190,6 +207,7 @@ impl Registry {
         });
         let previous = self.connections.write().insert(id, entry.clone());
         assert!(previous.is_none(), "invariant: connection ids are unique");
+        GlobalCounters::add(&self.counters.connections_opened, 1);
         Registration {
             registry: self.clone(),
             entry,
@@ -223,6 +241,10 @@ pub struct GlobalCounters {
     pub unroutable_dropped: AtomicU64,
     pub unroutable_returned: AtomicU64,
     pub confirmed: AtomicU64,
+    pub connections_opened: AtomicU64,
+    pub connections_closed: AtomicU64,
+    pub channels_opened: AtomicU64,
+    pub channels_closed: AtomicU64,
 }
 
 impl GlobalCounters {

@@ -171,6 +171,22 @@ fn render_node(state: &ApiState, f: &mut Family<'_>) {
         ),
         1,
     );
+    let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count());
+    let max_fds = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(0);
+    f.single(
+        "rabbitmq_process_open_fds",
+        "gauge",
+        "Open file descriptors",
+        open_fds,
+    );
+    f.single(
+        "rabbitmq_process_max_fds",
+        "gauge",
+        "Open file descriptors limit",
+        max_fds,
+    );
     f.single(
         "rabbitmq_erlang_uptime_seconds",
         "gauge",
@@ -202,6 +218,31 @@ fn render_objects(state: &ApiState, f: &mut Family<'_>, queue_count: usize) {
         consumers,
     );
     f.single("rabbitmq_queues", "gauge", "Queues available", queue_count);
+    let c = state.broker.registry().counters();
+    for (name, help, value) in [
+        (
+            "rabbitmq_connections_opened_total",
+            "Total number of connections opened",
+            &c.connections_opened,
+        ),
+        (
+            "rabbitmq_connections_closed_total",
+            "Total number of connections closed or terminated",
+            &c.connections_closed,
+        ),
+        (
+            "rabbitmq_channels_opened_total",
+            "Total number of channels opened",
+            &c.channels_opened,
+        ),
+        (
+            "rabbitmq_channels_closed_total",
+            "Total number of channels closed",
+            &c.channels_closed,
+        ),
+    ] {
+        f.single(name, "counter", help, GlobalCounters::get(value));
+    }
 }
 
 fn render_global(state: &ApiState, f: &mut Family<'_>) {

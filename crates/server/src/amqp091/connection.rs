@@ -96,8 +96,6 @@ pub struct Connection {
     /// Whether anything was written since the last heartbeat tick.
     wrote_since_tick: bool,
     closed_by_client: bool,
-    /// Where the client connected to (the connection's name is `peer -> local`).
-    local: SocketAddr,
     /// Kept from connection.start-ok until the connection registers (see
     /// `ConnectionDetails::client_properties`).
     pub(super) client_properties: bytes::Bytes,
@@ -108,7 +106,6 @@ pub struct Connection {
 /// Serves one accepted socket until it closes.
 pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = socket.set_nodelay(true);
-    let local = socket.local_addr().unwrap_or(peer);
     let (reader, socket_w) = socket.into_split();
     let id = shared.broker.next_id();
     let tuning = Tuning {
@@ -138,7 +135,6 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         read_idle_ticks: 0,
         wrote_since_tick: false,
         closed_by_client: false,
-        local,
         client_properties: bytes::Bytes::new(),
         registration: None,
     };
@@ -278,7 +274,8 @@ impl Connection {
             id: self.id,
             protocol: "AMQP 0-9-1",
             peer: self.peer,
-            local: self.local,
+            // Where the client connected to: the connection's name is `peer -> local`.
+            local: self.reader.local_addr().unwrap_or(self.peer),
             user: self.user.clone(),
             vhost: self
                 .vhost
