@@ -310,6 +310,82 @@ async fn exchanges_and_bindings_over_http_route_amqp_publishes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_to_exchange_bindings_and_refused_queue_types() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let (upstream, downstream, queue) = (unique("up"), unique("down"), unique("e2e-q"));
+    for (name, kind) in [(&upstream, "fanout"), (&downstream, "direct")] {
+        let path = format!("/api/exchanges/%2F/{name}");
+        let (status, _) = api
+            .send(Method::PUT, &path, Some(json!({"type": kind})))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+        .await;
+    let e2e = format!("/api/bindings/%2F/e/{upstream}/e/{downstream}");
+    let (status, _) = api
+        .send(Method::POST, &e2e, Some(json!({"routing_key": "k"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let to_queue = format!("/api/bindings/%2F/e/{downstream}/q/{queue}");
+    api.send(Method::POST, &to_queue, Some(json!({"routing_key": "k"})))
+        .await;
+    let destination = api
+        .get(&format!(
+            "/api/exchanges/%2F/{downstream}/bindings/destination"
+        ))
+        .await;
+    assert_eq!(destination[0]["source"], upstream.as_str());
+    assert_eq!(destination[0]["destination_type"], "exchange");
+    let publish = json!({"routing_key": "k", "payload": "hop", "payload_encoding": "string",
+                         "properties": {}});
+    let (_, routed) = api
+        .send(
+            Method::POST,
+            &format!("/api/exchanges/%2F/{upstream}/publish"),
+            Some(publish),
+        )
+        .await;
+    assert_eq!(routed, json!({"routed": true}));
+    let (status, _) = api.send(Method::DELETE, &format!("{e2e}/k"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = api.send(Method::DELETE, &format!("{e2e}/k"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let stream = json!({"durable": true, "arguments": {"x-queue-type": "stream"}});
+    let (status, error) = api
+        .send(
+            Method::PUT,
+            &format!("/api/queues/%2F/{}", unique("s")),
+            Some(stream),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"], "bad_request");
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/exchanges/%2F/{}", unique("t")),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "an exchange needs a type");
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/queues/%2F/{}", unique("j")),
+            Some(json!([1])),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the body must be an object"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_listed_and_closed_by_delete() {
     let broker = TestBroker::start().await;
     let api = Api::new(&broker);

@@ -281,3 +281,22 @@ pub async fn delete(
     )?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use warren_core::value::Value;
+
+    use super::*;
+
+    #[test]
+    fn properties_keys_are_rabbitmq_shaped_and_stable() {
+        assert_eq!(properties_key("", &Table::new()), "~");
+        assert_eq!(properties_key("a.b-c_d", &Table::new()), "a.b-c_d");
+        assert_eq!(properties_key("a b/#", &Table::new()), "a%20b%2F%23");
+        let args = Table::from([("x-match".to_string(), Value::Str("all".into()))]);
+        let key = properties_key("k", &args);
+        assert!(key.starts_with("k~") && key.len() == 2 + 16, "{key}");
+        assert_eq!(key, properties_key("k", &args.clone()));
+        assert_ne!(key, properties_key("k", &Table::new()));
+    }
+}
