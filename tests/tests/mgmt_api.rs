@@ -125,6 +125,8 @@ async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
         info["messages_unacknowledged"] == 3 && info["consumers"] == 1
     })
     .await;
+    let details = &api.get(&path).await["consumer_details"];
+    assert_eq!(details[0]["consumer_tag"], "mgmt-ctag", "{details}");
     let consumers = api.get("/api/consumers").await;
     let mine = consumers
         .as_array()

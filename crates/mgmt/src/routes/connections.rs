@@ -51,6 +51,7 @@ fn channel_json(
         "number": channel.number,
         "node": state.node,
         "user": d.user,
+        "user_who_performed_action": d.user,
         "vhost": &*d.vhost,
         "state": "running",
         "prefetch_count": channel.prefetch_count,
@@ -177,6 +178,22 @@ pub async fn channels(
         .flat_map(|c| channels_of_entry(&state, c))
         .collect();
     Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+/// The consumers of one queue (a single queue's `consumer_details`).
+pub(crate) fn consumers_of_queue(state: &ApiState, vhost: &str, queue: &str) -> Vec<Json_> {
+    let mut out = Vec::new();
+    for connection in state.broker.registry().connections() {
+        if &*connection.details.vhost != vhost {
+            continue;
+        }
+        for consumer in connection.consumers() {
+            if consumer.queue == queue {
+                out.push(consumer_json(state, &connection, &consumer));
+            }
+        }
+    }
+    out
 }
 
 fn consumers_where(state: &ApiState, vhost: Option<&str>) -> Vec<Json_> {

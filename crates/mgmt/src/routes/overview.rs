@@ -68,6 +68,8 @@ pub async fn overview(
         "message_stats": {
             "publish": received, "publish_details": rate(publishers.publish),
             "confirm": confirmed, "confirm_details": rate(publishers.confirm),
+            "drop_unroutable": GlobalCounters::get(&counters.unroutable_dropped),
+            "return_unroutable": GlobalCounters::get(&counters.unroutable_returned),
             "deliver_get": delivered, "deliver_get_details": rate(totals.deliver_get),
             "ack": acked, "ack_details": rate(totals.ack),
         },
@@ -84,6 +86,16 @@ pub async fn overview(
         "listeners": listeners,
         "contexts": [],
         "statistics_db_event_queue": 0,
+        "disable_stats": false,
+        "enable_queue_totals": true,
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
+                                      "basic": [600, 3600], "detailed": [600]},
+        "churn_rates": {
+            "connection_created": GlobalCounters::get(&counters.connections_opened),
+            "connection_closed": GlobalCounters::get(&counters.connections_closed),
+            "channel_created": GlobalCounters::get(&counters.channels_opened),
+            "channel_closed": GlobalCounters::get(&counters.channels_closed),
+        },
     });
     Json(query::project_one(body, &params))
 }
@@ -109,11 +121,13 @@ fn exchange_types() -> Json_ {
 fn node_json(state: &ApiState) -> Json_ {
     let sample = state.broker.alarms().sample();
     let alarms = state.broker.alarms().current();
+    let fd_total = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(0);
     json!({
         "name": state.node,
         "type": "disc",
         "running": true,
-        "being_drained": false,
         "os_pid": std::process::id().to_string(),
         "mem_used": sample.rss_bytes,
         "mem_limit": sample.memory_limit_bytes,
@@ -127,6 +141,17 @@ fn node_json(state: &ApiState) -> Json_ {
         "partitions": [],
         "applications": [],
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "rates_mode": "basic",
+        "mem_calculation_strategy": "rss",
+        "fd_used": std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count()),
+        "fd_total": fd_total,
+        "sockets_used": state.broker.connection_count(),
+        "sockets_total": fd_total,
+        "exchange_types": exchange_types(),
+        "auth_mechanisms": [
+            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
+            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
+        ],
     })
 }
 

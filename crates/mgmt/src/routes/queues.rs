@@ -35,6 +35,12 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
         "node": state.node,
         "state": "running",
         "policy": null,
+        "operator_policy": null,
+        "effective_policy_definition": {},
+        "exclusive_consumer_tag": null,
+        "single_active_consumer_tag": null,
+        "head_message_timestamp": null,
+        "recoverable_slaves": null,
         "consumers": stats.consumers,
         "messages": messages,
         "messages_details": rate(rates.messages),
@@ -101,10 +107,10 @@ pub async fn one(
 ) -> ApiResult<Json<Json_>> {
     let vhost = vhost(&state, &vhost_name)?;
     let queue = find(&vhost, &name)?;
-    Ok(Json(query::project_one(
-        queue_json(&state, &queue),
-        &params,
-    )))
+    let mut item = queue_json(&state, &queue);
+    let consumers = super::connections::consumers_of_queue(&state, &vhost_name, &name);
+    item["consumer_details"] = Json_::Array(consumers);
+    Ok(Json(query::project_one(item, &params)))
 }
 
 pub async fn declare(
