@@ -100,6 +100,7 @@ async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
     assert_eq!(info["type"], "classic");
     assert_eq!(info["messages"], 3);
     assert_eq!(info["messages_unacknowledged"], 0);
+    assert_eq!(info["message_bytes_ready"], 6, "three 2-byte bodies");
     assert_eq!(info["consumers"], 0);
     assert_eq!(info["message_stats"]["publish"], 3);
     assert!(info["message_stats"]["publish_details"]["rate"].is_number());

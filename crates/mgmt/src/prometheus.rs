@@ -311,7 +311,7 @@ type QueueFamily = (
     fn(&QueueStatsSnapshot) -> u64,
 );
 
-const QUEUE_FAMILIES: [QueueFamily; 5] = [
+const QUEUE_FAMILIES: [QueueFamily; 6] = [
     (
         "rabbitmq_queue_messages_ready",
         "gauge",
@@ -329,6 +329,12 @@ const QUEUE_FAMILIES: [QueueFamily; 5] = [
         "gauge",
         "Sum of ready and unacknowledged messages - total queue depth",
         |s| s.messages_ready + s.messages_unacknowledged,
+    ),
+    (
+        "rabbitmq_queue_messages_ready_bytes",
+        "gauge",
+        "Size in bytes of ready messages",
+        |s| s.message_bytes_ready,
     ),
     (
         "rabbitmq_queue_consumers",

@@ -463,6 +463,7 @@ impl ClassicQueue {
     fn store_stats(&mut self) {
         let totals = &mut self.totals;
         totals.messages_ready = self.ready.len() as u64;
+        totals.message_bytes_ready = self.ready.body_bytes();
         totals.messages_unacknowledged = self.unacked.len() as u64;
         totals.consumers = self.consumers.len() as u64;
         self.handle.stats_cell().store(totals);

@@ -48,6 +48,7 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
         "messages_ready_details": rate(rates.messages_ready),
         "messages_unacknowledged": stats.messages_unacknowledged,
         "messages_unacknowledged_details": rate(rates.messages_unacknowledged),
+        "message_bytes_ready": stats.message_bytes_ready,
         "message_stats": {
             "publish": stats.published_total, "publish_details": rate(rates.publish),
             "deliver_get": stats.delivered_total, "deliver_get_details": rate(rates.deliver_get),
