@@ -183,6 +183,10 @@ impl Drop for Registration {
             removed.is_some(),
             "invariant: registered once, removed once"
         );
+        let counters = &self.registry.counters;
+        GlobalCounters::add(&counters.connections_closed, 1);
+        let channels = self.entry.channel_count() as u64;
+        GlobalCounters::add(&counters.channels_closed, channels);
     }
 }
 
@@ -256,5 +260,87 @@ impl GlobalCounters {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn details(id: ConnectionId, port: u16) -> ConnectionDetails {
+        ConnectionDetails {
+            id,
+            protocol: "AMQP 0-9-1",
+            peer: SocketAddr::from(([127, 0, 0, 1], port)),
+            local: SocketAddr::from(([127, 0, 0, 1], 5672)),
+            user: "guest".into(),
+            vhost: Arc::from("/"),
+            client_properties: bytes::Bytes::new(),
+            channel_max: 2047,
+            frame_max: 131_072,
+            heartbeat: 60,
+            connected_at_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn registers_counts_and_closes_connections() {
+        tracing::info!("register two connections; channels and consumers come and go");
+        let registry = Arc::new(Registry::default());
+        let first = registry.register(details(1, 40001));
+        let second = registry.register(details(2, 40002));
+        assert_eq!(registry.connections().len(), 2);
+        let entry = first.entry();
+        assert_eq!(entry.name(), "127.0.0.1:40001 -> 127.0.0.1:5672");
+        for number in [2, 1] {
+            entry.set_channel(ChannelDetails {
+                number,
+                ..ChannelDetails::default()
+            });
+        }
+        entry.update_channel(1, |c| c.confirm = true);
+        let numbers: Vec<u16> = entry.channels().iter().map(|c| c.number).collect();
+        assert_eq!(numbers, [1, 2], "sorted by number");
+        assert!(entry.channels()[0].confirm);
+        entry.add_consumer(ConsumerDetails {
+            channel: 2,
+            consumer_tag: "ctag".into(),
+            queue: "q".into(),
+            ack_required: true,
+            exclusive: false,
+            prefetch_count: 0,
+            arguments: Table::new(),
+        });
+        entry.remove_channel(2);
+        assert!(
+            entry.consumers().is_empty(),
+            "a closed channel's consumers go with it"
+        );
+
+        tracing::info!("a close request made before anyone waits is kept");
+        let by_name = registry
+            .connection_by_name("127.0.0.1:40002 -> 127.0.0.1:5672")
+            .expect("found by name");
+        by_name.request_close("CONNECTION_FORCED - test".into());
+        let reason = tokio::time::timeout(Duration::from_secs(1), by_name.close_requested())
+            .await
+            .expect("the request was kept");
+        assert_eq!(reason, "CONNECTION_FORCED - test");
+
+        tracing::info!("dropping a registration unregisters and counts the closes");
+        drop(second);
+        drop(first);
+        assert!(registry.connections().is_empty());
+        let counters = registry.counters();
+        assert_eq!(GlobalCounters::get(&counters.connections_opened), 2);
+        assert_eq!(GlobalCounters::get(&counters.connections_closed), 2);
+        assert_eq!(GlobalCounters::get(&counters.channels_opened), 2);
+        assert_eq!(
+            GlobalCounters::get(&counters.channels_closed),
+            2,
+            "one closed, one with its connection"
+        );
     }
 }
