@@ -80,7 +80,7 @@ check "publish" "Message published" \
   publish exchange="$exchange" routing_key=key-1 payload=hello-from-rabbitmqadmin
 check "get with requeue" "hello-from-rabbitmqadmin" \
   get queue="$queue" ackmode=ack_requeue_true
-check "message still counted" "| 1 " -f table list queues name messages_ready
+check "message still counted" "$queue"$'\t'"1" -f tsv list queues name messages_ready
 check "get and ack" "hello-from-rabbitmqadmin" get queue="$queue" ackmode=ack_requeue_false
 check "purge" "queue purged" purge queue name="$queue"
 check "delete binding" "binding deleted" \
