@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_core::broker::StorageConfig;
-use warren_core::{Broker, User};
+use warren_core::{Bootstrap, Broker};
 
 pub use config::Config;
 use resource_monitor::ResourceMonitor;
@@ -59,17 +59,18 @@ impl RunningBroker {
 
 /// Starts a broker with `config`. Returns once every listener is bound.
 pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
-    let users = vec![User {
-        name: config.default_user.clone(),
-        password: config.default_pass.clone(),
-        loopback_only: config.loopback_users.contains(&config.default_user),
-    }];
+    let bootstrap = Bootstrap {
+        default_user: config.default_user.clone(),
+        default_pass: config.default_pass.clone(),
+        default_vhost: config.default_vhost.clone(),
+        loopback_users: config.loopback_users.clone(),
+    };
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
         queue_credit: config.credit_flow_default_credit,
     };
-    let broker = Broker::open(&config.data_dir, &config.default_vhost, users, storage)
+    let broker = Broker::open(&config.data_dir, &bootstrap, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
     broker.set_memory_high_watermark(config.memory_high_watermark());
     broker.set_disk_free_limit(config.disk_free_limit);
