@@ -98,7 +98,9 @@ start_rabbitmq() {
   mkdir -p "$base/home" "$base/mnesia" "$base/log"
   : >"$base/rabbitmq.conf"
   : >"$base/rabbitmq-env.conf"
-  echo "[]." >"$base/enabled_plugins"
+  # RABBITMQ_BENCH_PLUGINS: plugins to enable, comma-separated Erlang atoms
+  # (rabbitmq_consistent_hash_exchange for bench/features.sh).
+  echo "[${RABBITMQ_BENCH_PLUGINS:-}]." >"$base/enabled_plugins"
   rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"

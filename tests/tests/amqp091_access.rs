@@ -511,3 +511,41 @@ async fn export_then_import_into_a_fresh_broker_gives_the_same_definitions() {
     assert!(error.text.contains("user 'eve'"), "{}", error.text);
     assert!(!fresh.core().access().user_exists("eve"));
 }
+
+/// `load_definitions` imports a RabbitMQ definitions file at start; a file that is not one
+/// stops startup with a message naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_definitions_imports_a_file_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("definitions.json");
+    std::fs::write(&path, RABBITMQ_DEFINITIONS).unwrap();
+    let broker =
+        TestBroker::start_with(|config| config.load_definitions = Some(path.clone())).await;
+    if broker.skip_if_external("sets load_definitions") {
+        return;
+    }
+    let alice = try_connect(&broker.url_as("alice", "s3cret", "dev")).await;
+    assert!(
+        alice.is_ok(),
+        "alice from the loaded file logs in: {:?}",
+        alice.err()
+    );
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, b"{\"users\": 5}").unwrap();
+    let data_dir = tempfile::tempdir().unwrap();
+    let config = warren_server::Config {
+        amqp_port: 0,
+        bind_address: [127, 0, 0, 1].into(),
+        data_dir: data_dir.path().to_path_buf(),
+        load_definitions: Some(bad.clone()),
+        ..Default::default()
+    };
+    let error = match bounded!(warren_server::start(config)) {
+        Ok(_) => panic!("a malformed definitions file must stop startup"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.contains("bad.json") && error.contains("not a RabbitMQ definitions"),
+        "{error}"
+    );
+}

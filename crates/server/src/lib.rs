@@ -72,6 +72,9 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     };
     let broker = Broker::open(&config.data_dir, &bootstrap, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    if let Some(path) = &config.load_definitions {
+        load_definitions(&broker, path).await?;
+    }
     broker.set_memory_high_watermark(config.memory_high_watermark());
     broker.set_disk_free_limit(config.disk_free_limit);
     let mut monitor = ResourceMonitor::new(broker.clone(), config.data_dir.clone());
@@ -123,4 +126,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
         connections.abort_all();
     }
+}
+
+/// Imports the definitions file named by `load_definitions`.
+async fn load_definitions(broker: &Broker, path: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read(path)
+        .with_context(|| format!("cannot read load_definitions file {}", path.display()))?;
+    let definitions: warren_core::access::format::Definitions = serde_json::from_slice(&text)
+        .with_context(|| {
+            format!(
+                "load_definitions file {} is not a RabbitMQ definitions document",
+                path.display()
+            )
+        })?;
+    broker
+        .import_definitions(&definitions)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot import load_definitions file {}: {}",
+                path.display(),
+                error.text
+            )
+        })?;
+    tracing::info!(path = %path.display(), "imported definitions");
+    Ok(())
 }
