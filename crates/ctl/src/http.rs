@@ -37,7 +37,9 @@ fn percent_decode(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
             (b'%', Some(byte)) => {
                 out.push(byte);
@@ -144,8 +146,9 @@ impl Client {
         let call = self
             .agent
             .request(request.method.as_str(), &self.url(&request.path))
-            .set("Authorization", &self.authorization)
-            .set("Accept", "application/json");
+            .set("Authorization", &self.authorization);
+        // No Accept header: RabbitMQ answers DELETE .../contents (purge) with 406 to
+        // `Accept: application/json`.
         let body = match (raw_body, &request.body) {
             (Some(text), _) => Some(text.to_string()),
             (None, Some(json)) => Some(json.to_string()),
@@ -190,5 +193,40 @@ impl Client {
             ),
             _ => format!("{}: {error}", self.where_()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("http://guest:guest@127.0.0.1:15672").unwrap(),
+            Target::default()
+        );
+        let target = parse_url("https://ad%40min:p%3Ass@broker.example/rabbit/").unwrap();
+        assert_eq!(target.scheme, "https");
+        assert_eq!(target.host, "broker.example");
+        assert_eq!(target.port, 443);
+        assert_eq!(target.user, "ad@min");
+        assert_eq!(target.password, "p:ss");
+        assert_eq!(target.prefix, "/rabbit");
+        let target = parse_url("http://[::1]:8080").unwrap();
+        assert_eq!((target.host.as_str(), target.port), ("[::1]", 8080));
+        assert!(parse_url("127.0.0.1:15672").is_err());
+        assert!(parse_url("ftp://x").is_err());
+        assert!(parse_url("http://x:notaport").is_err());
+        assert!(parse_url("http://").is_err());
+    }
+
+    #[test]
+    fn request_urls() {
+        let client = Client::new(parse_url("http://u:p@localhost:1234/pre").unwrap());
+        assert_eq!(
+            client.url("/api/queues/%2F"),
+            "http://localhost:1234/pre/api/queues/%2F"
+        );
     }
 }

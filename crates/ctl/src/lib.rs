@@ -141,7 +141,12 @@ fn run(cli: &Cli) -> Result<Outcome, String> {
     }
 }
 
-fn call(client: &Client, request: &Request, output: &Output, json: bool) -> Result<Outcome, String> {
+fn call(
+    client: &Client,
+    request: &Request,
+    output: &Output,
+    json: bool,
+) -> Result<Outcome, String> {
     let response = client.send(request, None)?;
     if let Output::Alarms = output {
         // 503 with a JSON body is the answer "alarms in effect".
@@ -186,6 +191,7 @@ pub fn error_line(request: &Request, status: u16, body: &str) -> String {
         (Some(error), Some(reason)) => format!("{error}: {reason}"),
         (Some(error), None) => error,
         (None, Some(reason)) => reason,
+        (None, None) if body.trim().is_empty() => reason_phrase(status).to_string(),
         (None, None) => body.trim().chars().take(500).collect(),
     };
     format!(
@@ -193,6 +199,23 @@ pub fn error_line(request: &Request, status: u16, body: &str) -> String {
         request.method.as_str(),
         request.path
     )
+}
+
+/// For error answers without a body.
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        415 => "Unsupported Media Type",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "(empty answer)",
+    }
 }
 
 fn parse(request: &Request, body: &str) -> Result<Value, String> {
@@ -208,4 +231,101 @@ fn parse(request: &Request, body: &str) -> Result<Value, String> {
 
 fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once(&"warren ctl").chain(args)).unwrap()
+    }
+
+    #[test]
+    fn error_lines_show_rabbitmq_error_and_reason() {
+        let request = Request {
+            method: Method::Delete,
+            path: "/api/queues/%2F/nope".to_string(),
+            body: None,
+        };
+        assert_eq!(
+            error_line(
+                &request,
+                404,
+                r#"{"error":"Object Not Found","reason":"Not Found"}"#
+            ),
+            "DELETE /api/queues/%2F/nope: 404 Object Not Found: Not Found"
+        );
+        assert_eq!(
+            error_line(&request, 500, "<html>oops</html>"),
+            "DELETE /api/queues/%2F/nope: 500 <html>oops</html>"
+        );
+        assert_eq!(
+            error_line(&request, 406, ""),
+            "DELETE /api/queues/%2F/nope: 406 Not Acceptable"
+        );
+        assert_eq!(
+            error_line(&request, 400, r#"{"error":"bad_request","reason":{"x":1}}"#),
+            r#"DELETE /api/queues/%2F/nope: 400 bad_request: {"x":1}"#
+        );
+    }
+
+    #[test]
+    fn flags_override_the_url() {
+        let from_env = Some("http://admin:pw@10.0.0.1:15000".to_string());
+        assert_eq!(target(&cli(&["status"]), None).unwrap(), Target::default());
+        let t = target(&cli(&["status"]), from_env.clone()).unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.user.as_str()),
+            ("10.0.0.1", 15000, "admin")
+        );
+        let t = target(
+            &cli(&["-u", "bob", "-p", "x", "status", "--port", "1"]),
+            from_env,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                t.host.as_str(),
+                t.port,
+                t.user.as_str(),
+                t.password.as_str()
+            ),
+            ("10.0.0.1", 1, "bob", "x")
+        );
+    }
+
+    #[test]
+    fn alarms_and_routed() {
+        assert_eq!(
+            render::alarms(200, &json!({"status": "ok"})),
+            ("no alarms in effect\n".to_string(), false)
+        );
+        let (text, failed) = render::alarms(
+            503,
+            &json!({"status": "failed", "reason": "resource alarm(s) in effect",
+                "alarms": [{"node": "rabbit@h", "resource": "disk"}]}),
+        );
+        assert!(failed);
+        assert!(text.contains("resource alarm(s) in effect"));
+        assert!(text.contains("| rabbit@h | disk     |"));
+        assert_eq!(render::routed(&json!({"routed": false})), "routed: false\n");
+        assert!(render::routed(&json!([1])).starts_with("unexpected answer"));
+    }
+
+    #[test]
+    fn status_survives_odd_overviews() {
+        let text = render::status(
+            &json!({"product_name": "Warren", "product_version": "0.1.0",
+            "node": "warren@h", "queue_totals": {"messages": 3},
+            "object_totals": {"queues": 2}, "listeners": [{"protocol": "amqp", "port": 5672}]}),
+        );
+        assert!(text.contains("Warren 0.1.0"));
+        assert!(text.contains("messages=3 messages_ready=0"));
+        assert!(text.contains("queues=2"));
+        assert!(text.contains("| amqp     |"));
+        assert!(render::status(&json!([])).contains("No items"));
+    }
 }

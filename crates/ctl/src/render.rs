@@ -38,7 +38,13 @@ pub fn status(overview: &Value) -> String {
             "objects".to_string(),
             totals(
                 "object_totals",
-                &["connections", "channels", "exchanges", "queues", "consumers"],
+                &[
+                    "connections",
+                    "channels",
+                    "exchanges",
+                    "queues",
+                    "consumers",
+                ],
             ),
         ],
     ];

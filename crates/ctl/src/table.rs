@@ -59,7 +59,11 @@ pub fn cell(value: Option<&Value>) -> String {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Bool(flag)) => flag.to_string(),
         Some(Value::Number(number)) => number.to_string(),
-        Some(Value::Array(items)) if items.iter().all(|item| !item.is_array() && !item.is_object()) => {
+        Some(Value::Array(items))
+            if items
+                .iter()
+                .all(|item| !item.is_array() && !item.is_object()) =>
+        {
             items
                 .iter()
                 .map(|item| cell(Some(item)))
@@ -93,4 +97,69 @@ pub fn format_items(items: &Value, columns: &[Column]) -> String {
         })
         .collect();
     format_table(&headers, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let table = format_table(
+            &["name", "messages"],
+            &[
+                vec!["q1".to_string(), "0".to_string()],
+                vec!["a-longer-name".to_string(), "12345678901".to_string()],
+            ],
+        );
+        let expected = "\
++---------------+-------------+
+| name          | messages    |
++---------------+-------------+
+| q1            | 0           |
+| a-longer-name | 12345678901 |
++---------------+-------------+
+";
+        assert_eq!(table, expected);
+    }
+
+    #[test]
+    fn table_counts_characters_and_flattens_newlines() {
+        let table = format_table(&["k"], &[vec!["é\nx".to_string()], vec![]]);
+        assert_eq!(
+            table,
+            "+-----+\n| k   |\n+-----+\n| é x |\n|     |\n+-----+\n"
+        );
+    }
+
+    #[test]
+    fn cells_from_json() {
+        assert_eq!(cell(None), "");
+        assert_eq!(cell(Some(&json!(null))), "");
+        assert_eq!(cell(Some(&json!("x"))), "x");
+        assert_eq!(cell(Some(&json!(true))), "true");
+        assert_eq!(cell(Some(&json!(1.5))), "1.5");
+        assert_eq!(
+            cell(Some(&json!(["administrator", "monitoring"]))),
+            "administrator,monitoring"
+        );
+        assert_eq!(cell(Some(&json!({"max-length": 5}))), r#"{"max-length":5}"#);
+        assert_eq!(cell(Some(&json!([{"a": 1}]))), r#"[{"a":1}]"#);
+    }
+
+    #[test]
+    fn items_walk_dotted_fields_and_tolerate_odd_json() {
+        let columns: &[Column] = &[("queue", "queue.name"), ("tag", "consumer_tag")];
+        let items = json!([{"queue": {"name": "q1"}, "consumer_tag": "c1"}, {"queue": 3}, 7]);
+        assert_eq!(
+            format_items(&items, columns),
+            "+-------+-----+\n| queue | tag |\n+-------+-----+\n| q1    | c1  |\n\
+             |       |     |\n|       |     |\n+-------+-----+\n"
+        );
+        assert_eq!(format_items(&json!([]), columns), "No items\n");
+        assert_eq!(format_items(&json!(null), columns), "No items\n");
+        assert!(format_items(&json!({"queue": {"name": "x"}}), columns).contains("| x "));
+    }
 }
