@@ -8,6 +8,10 @@
 # build in CARGO_TARGET_DIR or <repo>/target), run as `$WARREN_BIN ctl ...`. Everything the
 # script declares lives in a vhost and users named ctl-test-<pid>-*, removed at the end. Each
 # command is bounded by a 30 s timeout.
+#
+# When CTL_RAISE_ALARM and CTL_CLEAR_ALARM are set (shell commands that raise and clear a
+# resource alarm on the broker), `alarms` is also checked to report it and exit 1 while it
+# is in effect; tests/interop/ctl/rabbitmq.sh sets them for its private RabbitMQ node.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -93,6 +97,29 @@ expect 'listeners:' status
 expect '"listeners"' status --json
 expect 'no alarms in effect' alarms
 expect '"status": "ok"' alarms --json
+
+# wait_alarms WANT_STATUS PATTERN: polls `alarms` (bounded) until it exits WANT_STATUS with
+# output matching PATTERN.
+wait_alarms() {
+  local want="$1" pattern="$2" out status deadline=$((SECONDS + 60))
+  while [[ $SECONDS -lt $deadline ]]; do
+    status=0
+    out="$(ctl alarms 2>&1)" || status=$?
+    if [[ $status -eq $want ]] && grep -qE -- "$pattern" <<<"$out"; then
+      checks=$((checks + 1))
+      return 0
+    fi
+    sleep 1
+  done
+  fail "warren ctl alarms: no exit status $want with /$pattern/ within 60 s: $out"
+}
+if [[ -n "${CTL_RAISE_ALARM:-}" && -n "${CTL_CLEAR_ALARM:-}" ]]; then
+  bash -c "$CTL_RAISE_ALARM" >/dev/null
+  wait_alarms 1 '^alarms in effect'
+  expect_error '\| resource +\|' alarms
+  bash -c "$CTL_CLEAR_ALARM" >/dev/null
+  wait_alarms 0 'no alarms in effect'
+fi
 
 # --- vhosts, users, permissions ------------------------------------------------------------
 expect "vhost '$vh' declared" declare vhost --name "$vh" --description "ctl test" --tags a,b
