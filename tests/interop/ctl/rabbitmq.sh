@@ -8,8 +8,8 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 work_dir="$(mktemp -d)"
-rabbit_management=1
-# shellcheck source=../../../bench/brokers.sh
+rabbit_management=1 # read by start_rabbitmq
+# shellcheck source=bench/brokers.sh
 source "$REPO_ROOT/bench/brokers.sh"
 trap 'stop_rabbitmq; rm -rf "$work_dir"' EXIT
 
