@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod http;
 pub mod plan;
+pub mod pretty;
 pub mod render;
 pub mod table;
 
@@ -107,8 +108,8 @@ fn run(cli: &Cli) -> Result<Outcome, String> {
             )))
         }
         Plan::Export { request, file } => {
-            let definitions = parse(&request, &checked(&request, client.send(&request, None)?)?)?;
-            let text = pretty(&definitions) + "\n";
+            let body = checked(&request, client.send(&request, None)?)?;
+            let text = pretty_json(&request, &body)? + "\n";
             match file {
                 None => Ok(Outcome::ok(text)),
                 Some(file) => {
@@ -153,7 +154,11 @@ fn call(
         if response.status == 200 || response.status == 503 {
             let answer = parse(request, &response.body)?;
             let (text, failed) = render::alarms(response.status, &answer);
-            let text = if json { pretty(&answer) + "\n" } else { text };
+            let text = if json {
+                pretty_json(request, &response.body)? + "\n"
+            } else {
+                text
+            };
             return Ok(Outcome { text, failed });
         }
     }
@@ -162,7 +167,7 @@ fn call(
         return Ok(Outcome::ok(if body.trim().is_empty() {
             String::new()
         } else {
-            pretty(&parse(request, &body)?) + "\n"
+            pretty_json(request, &body)? + "\n"
         }));
     }
     let text = match output {
@@ -229,8 +234,12 @@ fn parse(request: &Request, body: &str) -> Result<Value, String> {
     })
 }
 
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+/// The answer's JSON, pretty, in the broker's key order.
+fn pretty_json(request: &Request, body: &str) -> Result<String, String> {
+    match pretty::pretty(body) {
+        Some(text) => Ok(text),
+        None => parse(request, body).map(|_| body.to_string()),
+    }
 }
 
 #[cfg(test)]
