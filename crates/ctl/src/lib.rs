@@ -151,8 +151,8 @@ fn call(
     let response = client.send(request, None)?;
     if let Output::Alarms = output {
         // 503 with a JSON body is the answer "alarms in effect".
-        if response.status == 200 || response.status == 503 {
-            let answer = parse(request, &response.body)?;
+        let answer = serde_json::from_str::<Value>(&response.body);
+        if let (200 | 503, Ok(answer)) = (response.status, answer) {
             let (text, failed) = render::alarms(response.status, &answer);
             let text = if json {
                 pretty_json(request, &response.body)? + "\n"
