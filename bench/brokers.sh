@@ -108,7 +108,8 @@ start_rabbitmq() {
   rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
   if [[ -n "$rabbit_management" ]]; then
     rabbit_http_port="$(free_port)" || return 1
-    echo "[rabbitmq_management]." >"$base/enabled_plugins"
+    echo "[rabbitmq_management${RABBITMQ_BENCH_PLUGINS:+,$RABBITMQ_BENCH_PLUGINS}]." \
+      >"$base/enabled_plugins"
     printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$rabbit_http_port" \
       >"$base/rabbitmq.conf"
   fi

@@ -185,6 +185,12 @@ impl Broker {
         self.access.put_vhost(name, metadata)?;
         let mut vhosts = self.vhosts.write();
         if !vhosts.contains_key(name) {
+            // A vhost deleted by a process killed before it removed the vhost's
+            // definitions file must not come back with its old queues.
+            let stale = crate::definitions::path_for(&self.data_dir, name);
+            crate::definitions::remove(&stale).map_err(|error| {
+                BrokerError::internal(format!("cannot remove {}: {error}", stale.display()))
+            })?;
             let vhost = VHost::open(
                 name,
                 &self.data_dir,

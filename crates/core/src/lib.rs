@@ -24,4 +24,4 @@ pub use message::Message;
 
 /// The RabbitMQ version whose behaviour Warren matches, written where RabbitMQ writes its own
 /// (definitions exports, the management API).
-pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.13.7";
+pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.10.8";
