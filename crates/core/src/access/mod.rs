@@ -261,8 +261,8 @@ impl Access {
     }
 
     /// Creates or updates a user. `password` is hashed with SHA-256; `hash` is taken as it
-    /// is (RabbitMQ's `password_hash`); neither leaves the password unchanged on update, or
-    /// no password at all for a new user.
+    /// is (RabbitMQ's `password_hash`). With neither the user has no password and cannot log
+    /// in with one, also when it had one: RabbitMQ's `PUT /api/users/{name}`.
     pub fn put_user(
         &self,
         name: &str,
@@ -292,10 +292,6 @@ impl Access {
         }
         self.change(|state| {
             if let Some(old) = state.users.get(name) {
-                if password.is_none() && hash.is_none() {
-                    user.password_hash = old.password_hash.clone();
-                    user.hashing_algorithm = old.hashing_algorithm;
-                }
                 user.limits = old.limits.clone();
             }
             state.users.insert(name.to_owned(), user);

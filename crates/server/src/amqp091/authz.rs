@@ -66,13 +66,13 @@ impl Connection {
             ))
         };
         if !broker.access().user_exists(&self.user) {
-            return forced(format!("user '{}' was deleted", self.user));
+            return forced(format!("user '{}' is deleted", self.user));
         }
         if !broker
             .vhost(vhost.name())
             .is_some_and(|current| Arc::ptr_eq(&current, &vhost))
         {
-            return forced(format!("vhost '{}' was deleted", vhost.name()));
+            return forced(format!("vhost '{}' is deleted", vhost.name()));
         }
         let grant = broker
             .access()
