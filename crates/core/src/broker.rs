@@ -14,7 +14,7 @@ use crate::access::format::{
     BindingJson, Definitions, ExchangeJson, QueueJson, VHostLimits, VHostMetadata,
 };
 use crate::access::policy::PolicyRecord;
-use crate::access::{Access, AuthUser, Bootstrap, Grant};
+use crate::access::{Access, Bootstrap, Grant};
 use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
 use crate::binding::Destination;
 use crate::error::{BrokerError, ErrorKind};
@@ -141,18 +141,6 @@ impl Broker {
     /// methods, which keep the vhosts in step).
     pub fn access(&self) -> &Access {
         &self.access
-    }
-
-    /// Checks a user's password and where they connect from.
-    pub fn authenticate(
-        &self,
-        mechanism: &str,
-        user: &str,
-        password: &str,
-        from_loopback: bool,
-    ) -> Result<AuthUser, String> {
-        self.access
-            .authenticate(mechanism, user, password, from_loopback)
     }
 
     /// What a connection checks at connection.open: the vhost exists, the user has

@@ -95,6 +95,7 @@ impl Connection {
         if let Err(text) = self
             .shared
             .broker
+            .access()
             .authenticate(mechanism, &user, &password, loopback)
             .map(drop)
         {
