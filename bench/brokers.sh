@@ -23,8 +23,14 @@ rabbit_port=""
 rabbit_dist_port=""
 rabbit_env=()
 rabbit_version=""
+# Set rabbit_management=1 before start_rabbitmq to enable the management plugin; its HTTP API
+# then listens on 127.0.0.1:$rabbit_http_port.
+rabbit_management="${rabbit_management:-}"
+rabbit_http_port=""
 warren_pid=""
 warren_port=""
+warren_http_port=""
+warren_prometheus_port=""
 warren_data_dir=""
 warren_log="" # the broker's stdout and stderr (its tracing output)
 warren_config="${warren_config:-}" # a TOML config file for Warren (--config), when set
@@ -98,8 +104,17 @@ start_rabbitmq() {
   mkdir -p "$base/home" "$base/mnesia" "$base/log"
   : >"$base/rabbitmq.conf"
   : >"$base/rabbitmq-env.conf"
-  echo "[]." >"$base/enabled_plugins"
+  # RABBITMQ_BENCH_PLUGINS: plugins to enable, comma-separated Erlang atoms
+  # (rabbitmq_consistent_hash_exchange for bench/features.sh).
+  echo "[${RABBITMQ_BENCH_PLUGINS:-}]." >"$base/enabled_plugins"
   rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
+  if [[ -n "$rabbit_management" ]]; then
+    rabbit_http_port="$(free_port)" || return 1
+    echo "[rabbitmq_management${RABBITMQ_BENCH_PLUGINS:+,$RABBITMQ_BENCH_PLUGINS}]." \
+      >"$base/enabled_plugins"
+    printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$rabbit_http_port" \
+      >"$base/rabbitmq.conf"
+  fi
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
   set_rabbitmq_env
@@ -121,6 +136,13 @@ start_rabbitmq() {
   rabbit_version="$(rabbitmqctl_private eval 'rabbit_misc:version().' 2>/dev/null \
     | tr -d '"')" || true
   echo "rabbitmq: version $rabbit_version, beam.smp pid $rabbit_beam_pid"
+  if [[ -n "$rabbit_management" ]]; then
+    if ! wait_for_tcp "$rabbit_pid" "$rabbit_http_port" "$BROKER_READY_TIMEOUT_S"; then
+      echo "rabbitmq: management HTTP API not listening on $rabbit_http_port"
+      return 1
+    fi
+    echo "rabbitmq: management HTTP API on 127.0.0.1:$rabbit_http_port"
+  fi
 }
 
 stop_rabbitmq() {
@@ -150,6 +172,9 @@ start_warren() {
     fi
   fi
   warren_port="$(free_port)" || return 1
+  # Free ports for the management API and Prometheus too: 15672/15692 may be RabbitMQ's.
+  warren_http_port="$(free_port)" || return 1
+  warren_prometheus_port="$(free_port)" || return 1
   warren_data_dir="$work_dir/warren/data"
   warren_log="$work_dir/warren/broker.log"
   mkdir -p "$warren_data_dir"
@@ -158,6 +183,7 @@ start_warren() {
   echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren"
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
     --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
+    --http-port "$warren_http_port" --prometheus-port "$warren_prometheus_port" \
     >"$warren_log" 2>&1 </dev/null &
   warren_pid=$!
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then

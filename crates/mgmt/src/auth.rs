@@ -20,22 +20,36 @@ use crate::ApiState;
 #[derive(Debug, Clone)]
 pub struct AuthUser {
     pub name: String,
-    /// RabbitMQ's user tags; until core has them every user acts as an administrator.
+    /// RabbitMQ's user tags (administrator, monitoring, management, policymaker...).
     pub tags: Vec<String>,
 }
 
-/// Checks `user`/`password` as an AMQP PLAIN login would.
+/// The tags that let a user use the management API at all, as in RabbitMQ.
+const MANAGEMENT_TAGS: [&str; 4] = ["administrator", "monitoring", "policymaker", "management"];
+
+/// Checks `user`/`password` as an AMQP PLAIN login would, then that the user may use the
+/// management API. Finer per-route rules (monitoring sees every connection, administrator
+/// manages users...) hang off the tags returned here.
 pub fn authenticate(
     broker: &Broker,
     user: &str,
     password: &str,
     from_loopback: bool,
 ) -> Result<AuthUser, ApiError> {
-    match broker.authenticate("PLAIN", user, password, from_loopback) {
-        Ok(()) => Ok(AuthUser {
-            name: user.to_string(),
-            tags: vec!["administrator".to_string()],
-        }),
+    match broker
+        .access()
+        .authenticate("PLAIN", user, password, from_loopback)
+    {
+        Ok(auth) => {
+            let tags: Vec<String> = auth.tags.iter().cloned().collect();
+            if !tags.iter().any(|t| MANAGEMENT_TAGS.contains(&t.as_str())) {
+                return Err(ApiError::unauthorized("Not management user"));
+            }
+            Ok(AuthUser {
+                name: auth.name.to_string(),
+                tags,
+            })
+        }
         Err(text) if text.contains("loopback") => Err(ApiError::unauthorized(text)),
         Err(_) => Err(ApiError::unauthorized("Login failed")),
     }

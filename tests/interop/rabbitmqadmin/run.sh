@@ -3,7 +3,7 @@
 # ships as /usr/bin/rabbitmqadmin) against a running broker's management API, with the seeds'
 # syntax: declare/list/delete queue, exchange and binding; publish; get.
 #
-# Usage: run.sh HTTP_URL        (e.g. http://127.0.0.1:15672; user guest/guest)
+# Usage: run.sh HTTP_URL        (http://[user:pass@]host:port; guest/guest by default)
 #   RABBITMQADMIN     the script to run [default: rabbitmqadmin on PATH, else the one in
 #                     Debian's rabbitmq-server .deb, unpacked (not installed, so no RabbitMQ
 #                     service starts) under $WARREN_TOOLS_DIR/rabbitmq-server-deb]
@@ -13,6 +13,14 @@ set -uo pipefail
 url="${1:?usage: run.sh HTTP_URL}"
 hostport="${url#http://}"
 hostport="${hostport%%/*}"
+user=guest
+password=guest
+if [[ "$hostport" == *@* ]]; then
+  credentials="${hostport%@*}"
+  hostport="${hostport##*@}"
+  user="${credentials%%:*}"
+  password="${credentials#*:}"
+fi
 host="${hostport%:*}"
 port="${hostport##*:}"
 tools_dir="${WARREN_TOOLS_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/.tools}"
@@ -50,7 +58,7 @@ queue="admin-q-$suffix"
 exchange="admin-x-$suffix"
 
 adm() {
-  timeout 20 python3 "$admin" -H "$host" -P "$port" -u guest -p guest -V / "$@"
+  timeout 20 python3 "$admin" -H "$host" -P "$port" -u "$user" -p "$password" -V / "$@"
 }
 
 # check NAME EXPECTED COMMAND...: runs the command and looks for EXPECTED in its output.
