@@ -458,6 +458,28 @@ async fn bad_credentials_are_401_and_whoami_names_the_user() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let me = api.get("/api/whoami").await;
     assert_eq!(me["name"], "guest");
+    assert_eq!(me["tags"], json!(["administrator"]));
+
+    tracing::info!("a user needs a management tag, as in RabbitMQ");
+    let access = broker.core().access();
+    access
+        .put_user("mgmt-plain", Some("pw"), None, vec![])
+        .unwrap();
+    access
+        .put_user("mgmt-monitor", Some("pw"), None, vec!["monitoring".into()])
+        .unwrap();
+    let as_user = |user: &'static str| {
+        api.http
+            .get(format!("{}/api/whoami", api.base))
+            .basic_auth(user, Some("pw"))
+            .send()
+    };
+    let refused = bounded!(as_user("mgmt-plain")).unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = bounded!(refused.json()).unwrap();
+    assert_eq!(body["reason"], "Not management user");
+    let monitor = bounded!(as_user("mgmt-monitor")).unwrap();
+    assert_eq!(monitor.status(), StatusCode::OK);
     assert_eq!(api.get("/api/health/checks/alarms").await["status"], "ok");
     assert_eq!(
         api.get("/api/health/checks/virtual-hosts").await["status"],
