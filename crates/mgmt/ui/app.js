@@ -199,11 +199,14 @@ function drawChart(canvas, h, series, unit) {
   const pw = w - pad.l - pad.r;
   const ph = hgt - pad.t - pad.b;
   const now = h.t.length ? h.t[h.t.length - 1] : Date.now();
-  const t0 = now - WINDOW_S * 1000;
+  // The window grows with the history, from one minute to five, so that a fresh page does
+  // not squeeze its first samples against the right edge.
+  const spanS = Math.min(WINDOW_S, Math.max(60, Math.ceil(h.t.length ? (now - h.t[0]) / 1000 / 30 : 2) * 30));
+  const t0 = now - spanS * 1000;
   let max = 0;
   for (const s of series) for (const v of h[s.key]) max = Math.max(max, v);
   const ymax = niceMax(max);
-  const x = (t) => pad.l + ((t - t0) / (WINDOW_S * 1000)) * pw;
+  const x = (t) => pad.l + ((t - t0) / (spanS * 1000)) * pw;
   const y = (v) => pad.t + ph - (v / ymax) * ph;
 
   ctx.font = "11px -apple-system, 'Segoe UI', Arial, sans-serif";
@@ -220,17 +223,21 @@ function drawChart(canvas, h, series, unit) {
     ctx.textAlign = "right";
     ctx.fillText(shortNum(v) + (unit || ""), pad.l - 6, yy);
   }
-  // Time labels every minute.
+  // Time labels: every 10, 15, 30 or 60 s, whichever gives at most six.
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
-  for (let m = 0; m <= WINDOW_S / 60; m++) {
-    const t = now - m * 60000;
-    const xx = Math.round(x(t)) + 0.5;
+  const step = [10, 15, 30, 60].find((s) => spanS / s <= 6) || 60;
+  for (let k = 0; k * step <= spanS; k++) {
+    const ago = k * step;
+    const xx = Math.round(x(now - ago * 1000)) + 0.5;
     ctx.strokeStyle = "#f2f4f7";
     ctx.beginPath(); ctx.moveTo(xx, pad.t); ctx.lineTo(xx, pad.t + ph); ctx.stroke();
     ctx.fillStyle = "#8a94a3";
-    ctx.fillText(m === 0 ? "now" : `-${m}m`, Math.min(Math.max(xx, pad.l + 10), pad.l + pw - 12), pad.t + ph + 6);
+    const label = ago === 0 ? "now" : ago % 60 === 0 ? `-${ago / 60}m` : ago > 60 ? `-${Math.floor(ago / 60)}m${ago % 60}s` : `-${ago}s`;
+    ctx.fillText(label, Math.min(Math.max(xx, pad.l + 10), pad.l + pw - 12), pad.t + ph + 6);
   }
+  const note = canvas.parentElement && canvas.parentElement.querySelector("h2 small");
+  if (note) note.textContent = spanS >= 120 ? `last ${Math.round(spanS / 60)} minutes` : `last ${spanS} s`;
   // Series: a filled area under each, then the line on top.
   ctx.save();
   ctx.beginPath(); ctx.rect(pad.l, pad.t - 2, pw, ph + 4); ctx.clip();
@@ -256,9 +263,11 @@ function drawChart(canvas, h, series, unit) {
         if (i === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
       }
       ctx.strokeStyle = s.color;
+      ctx.setLineDash(s.dash ? [6, 4] : []);
       ctx.lineWidth = 2;
       ctx.lineJoin = "round";
       ctx.stroke();
+      ctx.setLineDash([]);
     }
     const last = vals.length - 1;
     ctx.fillStyle = s.color;
@@ -297,18 +306,18 @@ function chartCard(id, title, note) {
 const MSG_SERIES = [
   { key: "ready", label: "Ready", color: COLORS.ready },
   { key: "unacked", label: "Unacked", color: COLORS.unacked },
-  { key: "total", label: "Total", color: COLORS.total },
+  { key: "total", label: "Total", color: COLORS.total, dash: true },
 ];
 const RATE_SERIES = [
   { key: "publish", label: "Publish", color: COLORS.publish },
   { key: "deliver", label: "Deliver / get", color: COLORS.deliver },
-  { key: "ack", label: "Consumer ack", color: COLORS.ack },
+  { key: "ack", label: "Consumer ack", color: COLORS.ack, dash: true },
   { key: "confirm", label: "Publisher confirm", color: COLORS.confirm },
 ];
 const QUEUE_RATE_SERIES = [
   { key: "publish", label: "Publish", color: COLORS.publish },
   { key: "deliver", label: "Deliver / get", color: COLORS.deliver },
-  { key: "ack", label: "Consumer ack", color: COLORS.ack },
+  { key: "ack", label: "Consumer ack", color: COLORS.ack, dash: true },
   { key: "redeliver", label: "Redelivered", color: COLORS.redeliver },
 ];
 
@@ -466,11 +475,13 @@ pages.overview = {
         ${chartCard("chart-messages", "Queued messages")}
         ${chartCard("chart-rates", "Message rates")}
       </div>
-      <div class="grid3" style="margin-top:16px">
+      <div class="grid2" style="margin-top:16px">
         <div class="card"><h2>Node</h2><div id="ov-node" class="muted">loading…</div></div>
-        <div class="card"><h2>Alarms</h2><div id="ov-alarms" class="muted">loading…</div></div>
-      </div>
-      <div class="card" style="margin-top:16px"><h2>Listeners</h2><div id="ov-listeners"></div></div>`;
+        <div class="stack">
+          <div class="card"><h2>Alarms</h2><div id="ov-alarms" class="muted">loading…</div></div>
+          <div class="card"><h2>Listeners</h2><div id="ov-listeners"></div></div>
+        </div>
+      </div>`;
     this.draw();
     if (state.overview) this.onOverview(state.overview);
     this.refresh();
@@ -503,12 +514,12 @@ pages.overview = {
       const n = nodes[0] || {};
       const pct = n.mem_limit ? Math.min(100, (100 * n.mem_used) / n.mem_limit) : 0;
       const cls = n.mem_alarm ? "bad" : pct > 80 ? "warn" : "";
-      const diskPct = n.disk_free_limit && n.disk_free ? Math.min(100, (100 * n.disk_free_limit) / n.disk_free) : 0;
+      const headroom = n.disk_free_limit ? n.disk_free / n.disk_free_limit : 0;
       $("#ov-node").innerHTML = `
         <div><b>Memory</b> <span class="muted">${fmtBytes(n.mem_used)} resident of ${fmtBytes(n.mem_limit)} high watermark (${pct.toFixed(1)}%)</span></div>
         <div class="meter ${cls}" id="mem-meter" data-used="${esc(n.mem_used)}" data-limit="${esc(n.mem_limit)}"><div style="width:${pct.toFixed(2)}%"></div></div>
-        <div style="margin-top:12px"><b>Disk</b> <span class="muted">${fmtBytes(n.disk_free)} free, alarm below ${fmtBytes(n.disk_free_limit)}</span></div>
-        <div class="meter ${n.disk_free_alarm ? "bad" : ""}"><div style="width:${diskPct.toFixed(2)}%"></div></div>
+        <div style="margin-top:12px"><b>Disk</b> <span class="muted">${fmtBytes(n.disk_free)} free, alarm below ${fmtBytes(n.disk_free_limit)}</span>
+          <span class="badge ${n.disk_free_alarm ? "bad" : headroom < 2 ? "warn" : "ok"}">${n.disk_free_alarm ? "disk alarm" : headroom ? headroom.toFixed(1) + "× the limit" : "–"}</span></div>
         <dl class="kv" style="margin-top:14px">
           <dt>Node</dt><dd>${esc(n.name)}</dd>
           <dt>Uptime</dt><dd>${fmtUptime(n.uptime)}</dd>
@@ -616,7 +627,7 @@ pages.queue = {
     const path = `/api/queues/${enc(this.vhost)}/${enc(this.name)}`;
     this.path = path;
     view.innerHTML = `
-      <div class="page-head"><div><div class="crumbs"><a href="#/queues">Queues</a> / ${esc(this.vhost)}</div>
+      <div class="page-head"><div><div class="crumbs"><a href="#/queues">Queues</a> · virtual host <b>${esc(this.vhost)}</b></div>
         <h1 id="qp-name">${esc(this.name)}</h1><div class="sub" id="qp-sub"></div></div>
         <div class="actions">
           <button class="btn danger" id="qp-purge">Purge messages</button>

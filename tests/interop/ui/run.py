@@ -257,7 +257,7 @@ def take_over_amqp(amqp_url, queue):
         if method is None:
             raise Failure("basic_get found the queue empty")
         channel.basic_ack(method.delivery_tag)
-        time.sleep(0.1)
+        time.sleep(0.3)
     for _ in range(UNACKED):
         method, _, _ = channel.basic_get(queue, auto_ack=False)
         if method is None:
@@ -315,7 +315,7 @@ def run(args, browser, checks):
         answer = api(http_url, "POST", "/api/exchanges/%2F/amq.default/publish", body)
         if not answer or not answer.get("routed"):
             raise Failure(f"publish {i} not routed: {answer}")
-        time.sleep(0.15)
+        time.sleep(0.25)
     checks.append(f"{PUBLISHED} messages published through the API")
     connection = take_over_amqp(args.amqp_url, queue)
     try:
@@ -378,6 +378,12 @@ def run(args, browser, checks):
         browser.wait_for("!!document.querySelector('tr[data-exchange=\"amq.direct\"]')", "the exchanges list")
         checks.append("exchanges page lists amq.direct")
         browser.screenshot(os.path.join(args.out, "exchanges.png"))
+
+        # Users: a table, or a clear message where this build has no /api/users.
+        browser.eval("location.hash = '#/users'")
+        browser.wait_for("!!document.querySelector('#l-table table, #l-table .notice')", "the users page")
+        checks.append("users page shows a table or a clear message")
+        browser.screenshot(os.path.join(args.out, "users.png"))
     finally:
         if connection:
             try:
