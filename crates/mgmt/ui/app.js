@@ -274,6 +274,9 @@ function drawChart(canvas, h, series, unit) {
     ctx.beginPath(); ctx.arc(x(h.t[last]), y(vals[last]), 3, 0, Math.PI * 2); ctx.fill();
   }
   ctx.restore();
+  canvas._chart = { h, series, unit, x, t0, pad, pw, ph };
+  const hover = canvas._hoverIndex;
+  if (hover !== undefined && hover !== null && hover < h.t.length) drawHover(ctx, canvas._chart, hover, w);
   if (!h.t.length) {
     ctx.fillStyle = "#8a94a3"; ctx.textAlign = "center"; ctx.textBaseline = "middle";
     ctx.font = "13px -apple-system, 'Segoe UI', Arial, sans-serif";
@@ -296,6 +299,60 @@ function drawChart(canvas, h, series, unit) {
       return `<span><span class="sw" style="background:${s.color}"></span>${esc(s.label)}<b>${shown}</b></span>`;
     }).join("");
   }
+}
+
+function drawHover(ctx, c, i, w) {
+  const xx = Math.round(c.x(c.h.t[i])) + 0.5;
+  ctx.strokeStyle = "#9aa5b4";
+  ctx.setLineDash([3, 3]);
+  ctx.beginPath(); ctx.moveTo(xx, c.pad.t); ctx.lineTo(xx, c.pad.t + c.ph); ctx.stroke();
+  ctx.setLineDash([]);
+  const lines = [new Date(c.h.t[i]).toLocaleTimeString("en-GB")].concat(c.series.map((s) => {
+    const v = c.h[s.key][i];
+    return `${s.label}: ${c.unit === "/s" ? fmtRate(v) : fmtNum(v)}`;
+  }));
+  ctx.font = "12px -apple-system, 'Segoe UI', Arial, sans-serif";
+  const bw = Math.max(...lines.map((l) => ctx.measureText(l).width)) + 32;
+  const bh = lines.length * 17 + 10;
+  const bx = xx + 12 + bw > w ? xx - 12 - bw : xx + 12;
+  ctx.fillStyle = "rgba(22, 32, 46, .92)";
+  ctx.beginPath();
+  if (ctx.roundRect) ctx.roundRect(bx, c.pad.t + 4, bw, bh, 6); else ctx.rect(bx, c.pad.t + 4, bw, bh);
+  ctx.fill();
+  ctx.textAlign = "left";
+  ctx.textBaseline = "top";
+  lines.forEach((l, k) => {
+    ctx.fillStyle = k === 0 ? "#aab4c3" : c.series[k - 1].color;
+    if (k > 0) ctx.fillRect(bx + 8, c.pad.t + 12 + k * 17, 8, 8);
+    ctx.fillStyle = k === 0 ? "#aab4c3" : "#ffffff";
+    ctx.fillText(l, bx + (k === 0 ? 8 : 22), c.pad.t + 10 + k * 17);
+  });
+}
+
+// One mouse handler for every chart: the nearest sample under the pointer is shown.
+document.addEventListener("mousemove", (e) => {
+  const canvas = e.target;
+  for (const other of $$("canvas.chart")) {
+    if (other !== canvas && other._hoverIndex !== undefined && other._hoverIndex !== null) {
+      other._hoverIndex = null;
+      redraw(other);
+    }
+  }
+  if (!(canvas instanceof HTMLCanvasElement) || !canvas._chart) return;
+  const c = canvas._chart;
+  const px = e.clientX - canvas.getBoundingClientRect().left;
+  let best = null;
+  let bestDist = Infinity;
+  c.h.t.forEach((t, i) => {
+    const d = Math.abs(c.x(t) - px);
+    if (d < bestDist) { bestDist = d; best = i; }
+  });
+  if (best !== canvas._hoverIndex) { canvas._hoverIndex = best; redraw(canvas); }
+});
+
+function redraw(canvas) {
+  const c = canvas._chart;
+  if (c) drawChart(canvas, c.h, c.series, c.unit);
 }
 
 function chartCard(id, title, note) {
@@ -596,8 +653,27 @@ pages.queues = {
       $("#q-table").innerHTML = apiProblem(e, "/api/queues");
     }
   },
+  sortKey: "name",
+  sortDesc: false,
+  sortValue(q, key) {
+    const ms = q.message_stats || {};
+    switch (key) {
+      case "publish_rate": return rateOf(ms, "publish");
+      case "deliver_rate": return rateOf(ms, "deliver_get");
+      case "ack_rate": return rateOf(ms, "ack");
+      default: return q[key];
+    }
+  },
   render() {
-    const items = (this.items || []).filter((q) => !this.filter || q.name.includes(this.filter));
+    const key = this.sortKey;
+    const dir = this.sortDesc ? -1 : 1;
+    const items = (this.items || []).filter((q) => !this.filter || q.name.includes(this.filter))
+      .sort((a, b) => {
+        const va = this.sortValue(a, key);
+        const vb = this.sortValue(b, key);
+        if (typeof va === "number" && typeof vb === "number") return (va - vb) * dir;
+        return String(va).localeCompare(String(vb)) * dir;
+      });
     const shown = items.slice(0, ROWS_MAX);
     $("#q-count").textContent = `${items.length} of ${(this.items || []).length} queue(s)` + (items.length > ROWS_MAX ? `, first ${ROWS_MAX} shown` : "");
     const link = (q) => `#/queue/${enc(q.vhost)}/${enc(q.name)}`;
@@ -615,6 +691,20 @@ pages.queues = {
       { title: "Ack", key: "ack_rate", num: true, render: (q) => fmtRate(rateOf(q.message_stats, "ack")) },
       { title: "Consumers", key: "consumers", num: true, render: (q) => fmtNum(q.consumers) },
     ], shown, this.filter ? "No queue matches the filter." : "No queues yet.", (q) => `data-queue="${esc(q.name)}" data-vhost="${esc(q.vhost)}"`);
+    const keys = ["vhost", "name", "type", null, "state", "messages_ready", "messages_unacknowledged", "messages",
+      "publish_rate", "deliver_rate", "ack_rate", "consumers"];
+    $$("#q-table th").forEach((th, i) => {
+      const k = keys[i];
+      if (!k) return;
+      th.classList.add("sortable");
+      if (k === key) th.classList.add(this.sortDesc ? "desc" : "asc");
+      th.title = "Sort by " + th.textContent.toLowerCase();
+      th.addEventListener("click", () => {
+        if (this.sortKey === k) this.sortDesc = !this.sortDesc;
+        else { this.sortKey = k; this.sortDesc = typeof this.sortValue((this.items || [])[0] || {}, k) === "number"; }
+        this.render();
+      });
+    });
   },
 };
 

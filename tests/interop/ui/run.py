@@ -276,6 +276,15 @@ def run(args, browser, checks):
     browser.screenshot(os.path.join(args.out, "login.png"))
     checks.append("login form shown")
 
+    # A wrong password: the form says so (and the browser shows no dialog of its own).
+    browser.eval(f"""(() => {{
+        document.querySelector('#login-user').value = {js(USER)};
+        document.querySelector('#login-pass').value = 'not-the-password';
+        document.querySelector('#login-form').requestSubmit(); return true; }})()""")
+    browser.wait_for("document.querySelector('#login-error').textContent.includes('Login failed')",
+                     "the login form to report a wrong password")
+    checks.append("wrong password reported on the login form")
+
     browser.eval(f"""(() => {{
         document.querySelector('#login-user').value = {js(USER)};
         document.querySelector('#login-pass').value = {js(PASSWORD)};
@@ -350,6 +359,13 @@ def run(args, browser, checks):
         log(f"overview after: {after}")
         checks.append(f"overview chart changed (total {before.get('total')} -> {after.get('total')})")
         time.sleep(4)  # a couple more samples so the lines run on past the step
+        # Point at the message chart: it shows the sample under the pointer.
+        box = browser.eval("""(() => { const r = document.querySelector('#chart-messages').getBoundingClientRect();
+            return [r.left, r.top, r.width, r.height]; })()""")
+        browser.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box[0] + box[2] * 0.93,
+                                                  "y": box[1] + box[3] * 0.5})
+        browser.wait_for("document.querySelector('#chart-messages')._hoverIndex >= 0", "the chart's hover tooltip")
+        checks.append("chart shows the sample under the pointer")
         browser.screenshot(os.path.join(args.out, "overview.png"))
 
         # The queue's own page: counts, chart, and the messages from "Get messages".
