@@ -389,6 +389,11 @@ def run(args, browser, checks):
                              "the test's AMQP connection on the connections page")
             checks.append("connections page lists the AMQP connection")
             browser.screenshot(os.path.join(args.out, "connections.png"))
+            browser.eval("location.hash = '#/channels'")
+            browser.wait_for("document.querySelectorAll('#ch-table tbody td[data-col=name]').length >= 1",
+                             "the test's channel on the channels page")
+            checks.append("channels page lists the channel")
+            browser.screenshot(os.path.join(args.out, "channels.png"))
 
         browser.eval("location.hash = '#/exchanges'")
         browser.wait_for("!!document.querySelector('tr[data-exchange=\"amq.direct\"]')", "the exchanges list")
