@@ -16,6 +16,7 @@ pub mod prometheus;
 pub mod query;
 pub mod rates;
 mod routes;
+pub mod ui;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -124,7 +125,7 @@ pub async fn start_with_routes(
     let mut tasks = vec![tokio::spawn(rates.run(broker, shutdown.clone()))];
     if let Some(listener) = http {
         let addr = http_addr.expect("invariant: a bound listener has an address");
-        let router = routes::api_router(state.clone(), extend);
+        let router = ui::with_ui(routes::api_router(state.clone(), extend));
         tracing::info!(%addr, "management HTTP API listener ready, listening on {addr}");
         tasks.push(tokio::spawn(serve(listener, router, shutdown.clone())));
     }

@@ -158,12 +158,25 @@ expect '\| ex2 +\| fanout +\| false +\| true' list exchanges --vhost "$vh"
 expect "queue 'q1' declared" declare queue --vhost "$vh" --name q1 \
   --arguments '{"x-max-length":100}'
 expect "queue 'q2' declared" declare queue --vhost "$vh" --name q2 --type quorum
-expect "queue 'q3' declared" declare queue --vhost "$vh" --name q3 --type stream
+# Warren has no quorum queues and streams yet: a quorum queue is made a durable classic one,
+# a stream is refused with a reason.
+warren=""
+if ctl status --json | grep -q '"product_name": "Warren"'; then
+  warren=1
+  expect_error "queue type 'stream' is not supported" declare queue --vhost "$vh" --name q3 \
+    --type stream
+else
+  expect "queue 'q3' declared" declare queue --vhost "$vh" --name q3 --type stream
+fi
 expect "queue 'q4' declared" declare queue --vhost "$vh" --name q4 --durable false \
   --auto-delete --type classic
 expect '\| q1 +\| classic +\| true +\| false' list queues --vhost "$vh"
-expect '\| q2 +\| quorum +\| true' list queues --vhost "$vh"
-expect '\| q3 +\| stream +\| true' list queues --vhost "$vh"
+if [[ -n "$warren" ]]; then
+  expect '\| q2 +\| classic +\| true' list queues --vhost "$vh"
+else
+  expect '\| q2 +\| quorum +\| true' list queues --vhost "$vh"
+  expect '\| q3 +\| stream +\| true' list queues --vhost "$vh"
+fi
 expect '\| q4 +\| classic +\| false +\| true' list queues --vhost "$vh"
 expect "\\| $vh +\\| q1 " list queues --all-vhosts
 expect '"x-max-length": 100' list queues --vhost "$vh" --json
@@ -260,7 +273,7 @@ expect_absent '(c\.#|e\.k)' list bindings --vhost "$vh"
 expect '\| ex +\| q1 +\| queue +\| a\.b ' list bindings --vhost "$vh"
 expect "queue 'q1' deleted" delete queue --vhost "$vh" --name q1 --if-empty
 expect "queue 'q2' deleted" delete queue --vhost "$vh" --name q2
-expect "queue 'q3' deleted" delete queue --vhost "$vh" --name q3
+[[ -n "$warren" ]] || expect "queue 'q3' deleted" delete queue --vhost "$vh" --name q3
 expect "queue 'q4' deleted" delete queue --vhost "$vh" --name q4 --if-unused
 expect_absent '\| q[1-4] ' list queues --vhost "$vh"
 expect "exchange 'ex' deleted" delete exchange --vhost "$vh" --name ex

@@ -104,6 +104,42 @@ pub async fn list(
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
+/// `/api/vhosts/{vhost}/connections`.
+pub async fn list_in(
+    State(state): State<Arc<ApiState>>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    super::vhost(&state, &vhost)?;
+    let items = state
+        .broker
+        .registry()
+        .connections()
+        .iter()
+        .filter(|c| *c.details.vhost == *vhost)
+        .map(|c| connection_json(&state, c))
+        .collect();
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+/// `/api/vhosts/{vhost}/channels`.
+pub async fn channels_in(
+    State(state): State<Arc<ApiState>>,
+    Path(vhost): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    super::vhost(&state, &vhost)?;
+    let items = state
+        .broker
+        .registry()
+        .connections()
+        .iter()
+        .filter(|c| *c.details.vhost == *vhost)
+        .flat_map(|c| channels_of_entry(&state, c))
+        .collect();
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
 fn find(state: &ApiState, name: &str) -> ApiResult<Arc<ConnectionEntry>> {
     state
         .broker

@@ -1,5 +1,6 @@
 //! The `/api` routes, grouped by resource. Every route sits behind basic authentication.
 
+mod access;
 mod bindings;
 mod connections;
 mod exchanges;
@@ -98,6 +99,85 @@ pub fn api_router(
         .route(
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
             get(bindings::one).delete(bindings::delete),
+        );
+    let api = api
+        .route("/api/users", get(access::users))
+        .route(
+            "/api/users/{name}",
+            get(access::user)
+                .put(access::put_user)
+                .delete(access::delete_user),
+        )
+        .route(
+            "/api/users/{name}/permissions",
+            get(access::user_permissions),
+        )
+        .route(
+            "/api/users/{name}/topic-permissions",
+            get(access::user_topic_permissions),
+        )
+        .route("/api/vhosts", get(access::vhosts))
+        .route(
+            "/api/vhosts/{name}",
+            get(access::vhost)
+                .put(access::put_vhost)
+                .delete(access::delete_vhost),
+        )
+        .route(
+            "/api/vhosts/{name}/permissions",
+            get(access::vhost_permissions),
+        )
+        .route("/api/vhosts/{vhost}/connections", get(connections::list_in))
+        .route(
+            "/api/vhosts/{vhost}/channels",
+            get(connections::channels_in),
+        )
+        .route(
+            "/api/vhosts/{name}/topic-permissions",
+            get(access::vhost_topic_permissions),
+        )
+        .route("/api/permissions", get(access::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(access::permission)
+                .put(access::put_permission)
+                .delete(access::delete_permission),
+        )
+        .route("/api/topic-permissions", get(access::topic_permissions))
+        .route(
+            "/api/topic-permissions/{vhost}/{user}",
+            get(access::topic_permission)
+                .put(access::put_topic_permission)
+                .delete(access::delete_topic_permission),
+        )
+        .route("/api/policies", get(access::policies))
+        .route("/api/policies/{vhost}", get(access::policies_in_vhost))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(access::policy)
+                .put(access::put_policy)
+                .delete(access::delete_policy),
+        )
+        .route("/api/operator-policies", get(access::operator_policies))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(access::operator_policies_in_vhost),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(access::operator_policy)
+                .put(access::put_operator_policy)
+                .delete(access::delete_operator_policy),
+        )
+        .route("/api/vhost-limits", get(access::vhost_limits))
+        .route("/api/vhost-limits/{vhost}", get(access::vhost_limits_of))
+        .route(
+            "/api/vhost-limits/{vhost}/{name}",
+            axum::routing::put(access::put_vhost_limit).delete(access::delete_vhost_limit),
+        )
+        .route(
+            "/api/definitions",
+            get(access::export_definitions).post(access::import_definitions),
         );
     extend(api)
         .fallback(|| async { ApiError::not_found() })

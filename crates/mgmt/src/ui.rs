@@ -1,0 +1,111 @@
+//! The management web UI: a single page (HTML, JavaScript, CSS) embedded in the binary and
+//! served on the HTTP API's listener without authentication. The page asks for a user and
+//! password and calls `/api` with basic auth itself.
+
+use axum::extract::Request;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::HeaderValue;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+const INDEX_HTML: &str = include_str!("../ui/index.html");
+const APP_JS: &str = include_str!("../ui/app.js");
+const APP_CSS: &str = include_str!("../ui/app.css");
+
+/// The header the UI's requests carry, so that a failed login does not make the browser pop
+/// up its own basic-auth dialog (see [`no_browser_challenge`]).
+pub const UI_HEADER: &str = "x-warren-ui";
+
+/// Adds the UI's routes to the API router and the layer that keeps 401 answers to the UI
+/// free of `WWW-Authenticate`.
+pub fn with_ui(api: Router) -> Router {
+    api.merge(router())
+        .layer(middleware::from_fn(no_browser_challenge))
+}
+
+/// `/`, `/index.html`, `/app.js` and `/app.css`; no authentication.
+pub fn router() -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/index.html", get(index))
+        .route("/app.js", get(app_js))
+        .route("/app.css", get(app_css))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub async fn index() -> Response {
+    asset("text/html; charset=utf-8", INDEX_HTML)
+}
+
+pub async fn app_js() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+pub async fn app_css() -> Response {
+    asset("text/css; charset=utf-8", APP_CSS)
+}
+
+/// A browser that sees `WWW-Authenticate` on a 401 to `fetch` shows its own login dialog;
+/// the UI has its own form, so the challenge is dropped from answers to the UI's requests.
+/// Other clients (rabbitmqadmin, curl) still get it.
+pub async fn no_browser_challenge(request: Request, next: Next) -> Response {
+    let from_ui = request.headers().contains_key(UI_HEADER);
+    let mut response = next.run(request).await;
+    if from_ui {
+        response.headers_mut().remove(WWW_AUTHENTICATE);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(response: Response) -> (String, String) {
+        let content_type = response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (content_type, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn assets_are_served_with_their_types() {
+        let (kind, html) = body_of(index().await).await;
+        assert!(kind.starts_with("text/html"));
+        assert!(html.contains("<script src=\"app.js\">"));
+        assert!(html.contains("href=\"app.css\""));
+        let (kind, js) = body_of(app_js().await).await;
+        assert!(kind.starts_with("text/javascript"));
+        assert!(js.contains("/api/overview"));
+        let (kind, css) = body_of(app_css().await).await;
+        assert!(kind.starts_with("text/css"));
+        assert!(css.contains(".chart"));
+    }
+
+    #[test]
+    fn ui_loads_nothing_from_elsewhere() {
+        for asset in [INDEX_HTML, APP_JS, APP_CSS] {
+            assert!(!asset.contains("http://"), "absolute http URL in an asset");
+            assert!(
+                !asset.contains("https://"),
+                "absolute https URL in an asset"
+            );
+        }
+    }
+}
