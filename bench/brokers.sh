@@ -34,6 +34,8 @@ warren_prometheus_port=""
 warren_data_dir=""
 warren_log="" # the broker's stdout and stderr (its tracing output)
 warren_config="${warren_config:-}" # a TOML config file for Warren (--config), when set
+# warren_management=off starts Warren without its HTTP API and Prometheus listeners.
+warren_management="${warren_management:-on}"
 
 # warren_binary: the broker to start: WARREN_BROKER_BIN, else the release build in
 # CARGO_TARGET_DIR (when set) or <repo>/target.
@@ -178,13 +180,15 @@ start_warren() {
   warren_data_dir="$work_dir/warren/data"
   warren_log="$work_dir/warren/broker.log"
   mkdir -p "$warren_data_dir"
-  local config=()
+  local config=() management=(--http-port "$warren_http_port" \
+    --prometheus-port "$warren_prometheus_port")
   [[ -z "$warren_config" ]] || config=(--config "$warren_config")
-  echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren"
+  [[ "$warren_management" != off ]] || management=(--no-management --no-prometheus)
+  echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren" \
+    "(management $warren_management)"
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
     --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
-    --http-port "$warren_http_port" --prometheus-port "$warren_prometheus_port" \
-    >"$warren_log" 2>&1 </dev/null &
+    "${management[@]}" >"$warren_log" 2>&1 </dev/null &
   warren_pid=$!
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
     if kill -0 "$warren_pid" 2>/dev/null; then

@@ -57,6 +57,12 @@ struct ServerArgs {
     /// Prometheus metrics port [default: 15692].
     #[arg(long, value_name = "N")]
     prometheus_port: Option<u16>,
+    /// No management HTTP API (nor web UI), as with RabbitMQ's management plugin disabled.
+    #[arg(long, conflicts_with = "http_port")]
+    no_management: bool,
+    /// No Prometheus listener.
+    #[arg(long, conflicts_with = "prometheus_port")]
+    no_prometheus: bool,
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -99,6 +105,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Some(port) = args.prometheus_port {
         config.prometheus_port = Some(port);
+    }
+    if args.no_management {
+        config.management_port = None;
+    }
+    if args.no_prometheus {
+        config.prometheus_port = None;
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
