@@ -50,6 +50,9 @@ pub struct Config {
     /// queue falls behind, its publishers stop reading their sockets until it catches up
     /// (RabbitMQ's `credit_flow_default_credit`, counted per queue rather than per pair).
     pub credit_flow_default_credit: u32,
+    /// Link credit an AMQP 1.0 client's sending link gets, renewed once half of it is used
+    /// (RabbitMQ's `max_link_credit`).
+    pub max_link_credit: u32,
     /// Memory high watermark as a fraction of the memory available (RAM, or the cgroup limit if
     /// lower): above it, publishers are blocked (RabbitMQ's `vm_memory_high_watermark.relative`).
     #[serde(deserialize_with = "fraction")]
@@ -81,6 +84,7 @@ impl Default for Config {
             queue_memory_budget: 64 * 1024 * 1024,
             store_segment_size: 64 * 1024 * 1024,
             credit_flow_default_credit: 2_000,
+            max_link_credit: 128,
             vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
             vm_memory_high_watermark_absolute: None,
             disk_free_limit: DiskFreeLimit::default(),
@@ -134,6 +138,9 @@ impl Config {
                 "frame_max = {} is below the AMQP minimum of 4096 bytes",
                 self.frame_max
             ));
+        }
+        if self.max_link_credit == 0 {
+            return Err("max_link_credit must be at least 1".into());
         }
         if self.channel_max == 0 {
             return Err("channel_max must be at least 1".into());

@@ -88,6 +88,9 @@ pub struct Sections {
     pub footer: Option<FieldsMap>,
     /// Offset where the bare message starts (after header and annotations).
     pub bare_at: usize,
+    /// Where the body sections start and end in the message (before the footer).
+    pub body_at: usize,
+    pub body_end: usize,
 }
 
 impl Sections {
@@ -106,6 +109,12 @@ impl Sections {
                 .map_err(|_| bad("(section)", "unknown section"))?;
             if code >= code::PROPERTIES && bare_at.is_none() {
                 bare_at = Some(start);
+            }
+            if (code::DATA..=code::AMQP_VALUE).contains(&code) {
+                if matches!(sections.body, Body::Empty) {
+                    sections.body_at = start;
+                }
+                sections.body_end = reader.pos;
             }
             sections.section(code, *inner, message.slice(start..reader.pos))?;
         }

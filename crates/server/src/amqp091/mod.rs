@@ -12,3 +12,5 @@ mod throttle;
 mod writer;
 
 pub use connection::{serve, Shared};
+pub(crate) use annotations::delivery_properties;
+pub(crate) use convert::table_to_core;
