@@ -226,7 +226,9 @@ impl Connection {
             let _ = self.flush().await;
             return Err(Fault::Gone("protocol header mismatch after SASL".into()));
         }
+        // Clients wait for our header before they send open.
         self.out.raw(&AMQP_HEADER);
+        self.flush().await?;
         self.open().await
     }
 

@@ -173,13 +173,8 @@ impl Connection {
     pub(super) async fn on_detach(&mut self, channel: u16, detach: Detach) -> Result<(), Fault> {
         let session = self.session(channel)?;
         if !session.links.contains_key(&detach.handle) {
-            return Err(Fault::End(
-                channel,
-                AmqpError::new(
-                    condition::UNATTACHED_HANDLE,
-                    format!("detach of handle {}, which is not attached", detach.handle),
-                ),
-            ));
+            // The answer to a detach of ours (a refused attach, a link error): nothing to do.
+            return Ok(());
         }
         self.release_link(channel, detach.handle).await;
         let reply = Detach {
@@ -248,13 +243,8 @@ impl Connection {
             return Ok(());
         };
         match session.links.get_mut(&handle) {
-            None => Err(Fault::End(
-                channel,
-                AmqpError::new(
-                    condition::UNATTACHED_HANDLE,
-                    format!("flow for handle {handle}, which is not attached"),
-                ),
-            )),
+            // A link we detached while the client's flow was on its way.
+            None => Ok(()),
             Some(Link::Incoming(_)) => {
                 if flow.echo {
                     self.send_session_flow(channel, Some(handle));
