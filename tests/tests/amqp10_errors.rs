@@ -1,0 +1,154 @@
+//! AMQP 1.0 errors and durability: a bad password fails SASL, a malformed frame closes only its
+//! own connection with amqp:decode-error, a client without SASL is refused, and a durable
+//! message to a durable queue survives a restart.
+//!
+//! Current-thread runtime: see amqp10_basic.rs for fe2o3-amqp's settlement race.
+
+use std::time::Duration;
+
+use fe2o3_amqp::types::messaging::{Header, Message};
+use fe2o3_amqp::{Connection, Sender};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use warren_tests::{bounded, get_all, unique, TestBroker};
+
+#[tokio::test]
+async fn a_bad_password_fails_sasl() {
+    let broker = TestBroker::start().await;
+    let url = format!("amqp://guest:wrong@{}", broker.addr());
+    let result = bounded!(Connection::open("bad-password", url.as_str()));
+    let error = result.err().expect("the connection is refused");
+    assert!(format!("{error:?}").contains("Auth"), "{error:?}");
+    // The broker keeps serving.
+    let (_connection, _session) = broker.amqp10().await;
+}
+
+fn frame(frame_type: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = (8 + body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(&[2, frame_type, 0, 0]);
+    out.extend_from_slice(body);
+    out
+}
+
+/// A described list with a small ulong descriptor and already-encoded fields.
+fn composite(code: u8, fields: &[&[u8]]) -> Vec<u8> {
+    let body: Vec<u8> = fields.concat();
+    let mut out = vec![0x00, 0x53, code, 0xc0, (body.len() + 1) as u8, fields.len() as u8];
+    out.extend_from_slice(&body);
+    out
+}
+
+/// SASL PLAIN as guest, then open: everything a raw client sends before its first session.
+fn handshake_bytes() -> Vec<u8> {
+    let mut out = b"AMQP\x03\x01\x00\x00".to_vec();
+    let mut response = vec![0xa0, 12];
+    response.extend_from_slice(b"\0guest\0guest");
+    out.extend(frame(1, &composite(0x41, &[b"\xa3\x05PLAIN", &response])));
+    out.extend_from_slice(b"AMQP\x00\x01\x00\x00");
+    out.extend(frame(0, &composite(0x10, &[b"\xa1\x03raw"])));
+    out
+}
+
+async fn read_until(socket: &mut TcpStream, needle: &[u8], limit: Duration) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut chunk = [0u8; 4096];
+    while !seen.windows(needle.len()).any(|w| w == needle) {
+        let read = tokio::time::timeout_at(deadline, socket.read(&mut chunk)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_malformed_frame_closes_only_its_connection_with_decode_error() {
+    let broker = TestBroker::start().await;
+    let (mut good_connection, mut good_session) = broker.amqp10().await;
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    let mut bytes = handshake_bytes();
+    // A begin whose fields list claims more elements than its bytes hold.
+    bytes.extend(frame(0, &[0x00, 0x53, 0x11, 0xc0, 0x02, 0x09, 0x40]));
+    socket.write_all(&bytes).await.unwrap();
+    let seen = read_until(&mut socket, b"amqp:decode-error", Duration::from_secs(5)).await;
+    assert!(
+        seen.windows(17).any(|w| w == b"amqp:decode-error"),
+        "no close with amqp:decode-error in {seen:?}"
+    );
+    // Unknown format code: decode-error too, on another connection.
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    let mut bytes = handshake_bytes();
+    bytes.extend(frame(0, &[0x00, 0x53, 0x11, 0xc0, 0x02, 0x01, 0x01]));
+    socket.write_all(&bytes).await.unwrap();
+    let seen = read_until(&mut socket, b"amqp:decode-error", Duration::from_secs(5)).await;
+    assert!(seen.windows(17).any(|w| w == b"amqp:decode-error"));
+    // The other connection is unaffected.
+    let mut sender = bounded!(Sender::attach(&mut good_session, "s", "/exchanges/amq.fanout")).unwrap();
+    assert!(bounded!(sender.send("still here")).unwrap().is_released());
+    bounded!(sender.close()).unwrap();
+    bounded!(good_connection.close()).unwrap();
+}
+
+#[tokio::test]
+async fn a_client_without_sasl_is_told_to_use_it() {
+    let broker = TestBroker::start().await;
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    socket.write_all(b"AMQP\x00\x01\x00\x00").await.unwrap();
+    let seen = read_until(&mut socket, b"AMQP\x03\x01\x00\x00", Duration::from_secs(5)).await;
+    assert_eq!(seen, b"AMQP\x03\x01\x00\x00");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "the socket closes");
+}
+
+#[tokio::test]
+async fn a_frame_above_max_frame_size_is_refused() {
+    let broker = TestBroker::start_with(|c| c.frame_max = 4096).await;
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    let mut bytes = handshake_bytes();
+    bytes.extend_from_slice(&[0, 1, 0, 0, 2, 0, 0, 0]); // declares 65536 bytes
+    socket.write_all(&bytes).await.unwrap();
+    let seen = read_until(&mut socket, b"amqp:frame-size-too-small", Duration::from_secs(5)).await;
+    assert!(seen.windows(25).any(|w| w == b"amqp:frame-size-too-small"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn durable_messages_survive_a_restart() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restarts the broker") {
+        return;
+    }
+    let queue = unique("durable");
+    {
+        let (_c091, channel) = broker.channel().await;
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        bounded!(channel.queue_declare(queue.as_str().into(), options, FieldTable::default())).unwrap();
+        let (mut connection, mut session) = broker.amqp10().await;
+        let address = format!("/queues/{queue}");
+        let mut sender = bounded!(Sender::attach(&mut session, "s", address.as_str())).unwrap();
+        for i in 0..20 {
+            let message = Message::builder()
+                .header(Header {
+                    durable: true,
+                    ..Default::default()
+                })
+                .value(format!("d{i}"))
+                .build();
+            // Accepted only once the message store has it on disk.
+            assert!(bounded!(sender.send(message)).unwrap().is_accepted());
+        }
+        bounded!(sender.close()).unwrap();
+        bounded!(connection.close()).unwrap();
+    }
+    let broker = broker.restart().await;
+    let (_c091, channel) = broker.channel().await;
+    let bodies = get_all(&channel, &queue).await;
+    assert_eq!(bodies.len(), 20, "every accepted durable message survives");
+}
