@@ -11,7 +11,12 @@ impl TestBroker {
     }
 
     /// An AMQP 1.0 connection with one session.
-    pub async fn amqp10(&self) -> (fe2o3_amqp::connection::ConnectionHandle<()>, fe2o3_amqp::session::SessionHandle<()>) {
+    pub async fn amqp10(
+        &self,
+    ) -> (
+        fe2o3_amqp::connection::ConnectionHandle<()>,
+        fe2o3_amqp::session::SessionHandle<()>,
+    ) {
         let url = self.amqp10_url();
         let mut connection = bounded!(Connection::open(crate::unique("amqp10-test"), url.as_str()))
             .expect("AMQP 1.0 connection opens");

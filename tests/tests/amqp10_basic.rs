@@ -48,7 +48,10 @@ async fn send_and_receive_through_a_queue_address() {
     bounded!(receiver.close()).unwrap();
     bounded!(session.end()).unwrap();
     bounded!(connection.close()).unwrap();
-    assert!(get_all(&channel, &queue).await.is_empty(), "every message was accepted");
+    assert!(
+        get_all(&channel, &queue).await.is_empty(),
+        "every message was accepted"
+    );
 }
 
 #[tokio::test]
@@ -79,7 +82,12 @@ async fn exchange_addresses_and_the_null_target_route() {
     let mut sender = bounded!(Sender::attach(&mut session, "direct", direct.as_str())).unwrap();
     assert!(bounded!(sender.send("direct")).unwrap().is_accepted());
     // /exchanges/:exchange
-    let mut fanout = bounded!(Sender::attach(&mut session, "fanout", "/exchanges/amq.fanout")).unwrap();
+    let mut fanout = bounded!(Sender::attach(
+        &mut session,
+        "fanout",
+        "/exchanges/amq.fanout"
+    ))
+    .unwrap();
     assert!(bounded!(fanout.send("fanout")).unwrap().is_accepted());
     // Unroutable: released.
     let nowhere = "/exchanges/amq.direct/no-such-key";
@@ -111,7 +119,12 @@ async fn exchange_addresses_and_the_null_target_route() {
         .build();
     let outcome = bounded!(anonymous.send(bad)).unwrap();
     assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
-    let mut receiver = bounded!(Receiver::attach(&mut session, "r", format!("/queues/{queue}").as_str())).unwrap();
+    let mut receiver = bounded!(Receiver::attach(
+        &mut session,
+        "r",
+        format!("/queues/{queue}").as_str()
+    ))
+    .unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
         let delivery = recv(&mut receiver).await;
@@ -133,9 +146,13 @@ async fn unknown_queue_and_exchange_are_not_found() {
         matches!(error, ReceiverAttachError::RemoteClosedWithError(_)) && text.contains("NotFound"),
         "{text}"
     );
-    let error = bounded!(Sender::attach(&mut session, "s", "/exchanges/no-such-exchange"))
-        .err()
-        .expect("attach to a missing exchange fails");
+    let error = bounded!(Sender::attach(
+        &mut session,
+        "s",
+        "/exchanges/no-such-exchange"
+    ))
+    .err()
+    .expect("attach to a missing exchange fails");
     let text = format!("{error:?}");
     assert!(
         matches!(error, SenderAttachError::RemoteClosedWithError(_)) && text.contains("NotFound"),
@@ -217,7 +234,8 @@ async fn link_credit_bounds_deliveries() {
     bounded!(receiver.set_credit(3)).unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
-        let delivery = bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
+        let delivery =
+            bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
         got.push(delivery);
     }
     // No more credit: nothing else arrives.
@@ -232,7 +250,8 @@ async fn link_credit_bounds_deliveries() {
     }
     bounded!(receiver.set_credit(7)).unwrap();
     for _ in 0..7 {
-        let delivery = bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
+        let delivery =
+            bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
         bounded!(receiver.accept(&delivery)).unwrap();
     }
     assert!(get_all(&channel, &queue).await.is_empty());
@@ -297,5 +316,8 @@ async fn presettled_sends_and_receives() {
         assert_eq!(text(&delivery), format!("p{i}"));
     }
     bounded!(receiver.close()).unwrap();
-    assert!(get_all(&channel, &queue).await.is_empty(), "settled deliveries are gone");
+    assert!(
+        get_all(&channel, &queue).await.is_empty(),
+        "settled deliveries are gone"
+    );
 }

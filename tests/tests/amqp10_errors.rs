@@ -19,7 +19,9 @@ async fn a_bad_password_fails_sasl() {
     let broker = TestBroker::start().await;
     let url = format!("amqp://guest:wrong@{}", broker.addr());
     let result = bounded!(Connection::open("bad-password", url.as_str()));
-    let error = result.err().expect("the connection is refused");
+    let Err(error) = result else {
+        panic!("the connection is refused");
+    };
     assert!(format!("{error:?}").contains("Auth"), "{error:?}");
     // The broker keeps serving.
     let (_connection, _session) = broker.amqp10().await;
@@ -35,7 +37,14 @@ fn frame(frame_type: u8, body: &[u8]) -> Vec<u8> {
 /// A described list with a small ulong descriptor and already-encoded fields.
 fn composite(code: u8, fields: &[&[u8]]) -> Vec<u8> {
     let body: Vec<u8> = fields.concat();
-    let mut out = vec![0x00, 0x53, code, 0xc0, (body.len() + 1) as u8, fields.len() as u8];
+    let mut out = vec![
+        0x00,
+        0x53,
+        code,
+        0xc0,
+        (body.len() + 1) as u8,
+        fields.len() as u8,
+    ];
     out.extend_from_slice(&body);
     out
 }
@@ -87,7 +96,12 @@ async fn a_malformed_frame_closes_only_its_connection_with_decode_error() {
     let seen = read_until(&mut socket, b"amqp:decode-error", Duration::from_secs(5)).await;
     assert!(seen.windows(17).any(|w| w == b"amqp:decode-error"));
     // The other connection is unaffected.
-    let mut sender = bounded!(Sender::attach(&mut good_session, "s", "/exchanges/amq.fanout")).unwrap();
+    let mut sender = bounded!(Sender::attach(
+        &mut good_session,
+        "s",
+        "/exchanges/amq.fanout"
+    ))
+    .unwrap();
     assert!(bounded!(sender.send("still here")).unwrap().is_released());
     bounded!(sender.close()).unwrap();
     bounded!(good_connection.close()).unwrap();
@@ -112,8 +126,16 @@ async fn a_frame_above_max_frame_size_is_refused() {
     let mut bytes = handshake_bytes();
     bytes.extend_from_slice(&[0, 1, 0, 0, 2, 0, 0, 0]); // declares 65536 bytes
     socket.write_all(&bytes).await.unwrap();
-    let seen = read_until(&mut socket, b"amqp:frame-size-too-small", Duration::from_secs(5)).await;
-    assert!(seen.windows(25).any(|w| w == b"amqp:frame-size-too-small"), "{seen:?}");
+    let seen = read_until(
+        &mut socket,
+        b"amqp:frame-size-too-small",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        seen.windows(25).any(|w| w == b"amqp:frame-size-too-small"),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -129,7 +151,8 @@ async fn durable_messages_survive_a_restart() {
             durable: true,
             ..Default::default()
         };
-        bounded!(channel.queue_declare(queue.as_str().into(), options, FieldTable::default())).unwrap();
+        bounded!(channel.queue_declare(queue.as_str().into(), options, FieldTable::default()))
+            .unwrap();
         let (mut connection, mut session) = broker.amqp10().await;
         let address = format!("/queues/{queue}");
         let mut sender = bounded!(Sender::attach(&mut session, "s", address.as_str())).unwrap();

@@ -69,8 +69,13 @@ fn begin_flow_and_close_both_ways() {
         properties: None,
     };
     let ours_begin = ours(&serde_amqp::to_vec(&begin).unwrap());
-    let Performative::Begin(b) = &ours_begin else { panic!() };
-    assert_eq!((b.remote_channel, b.next_outgoing_id, b.incoming_window), (Some(3), 9, 400));
+    let Performative::Begin(b) = &ours_begin else {
+        panic!()
+    };
+    assert_eq!(
+        (b.remote_channel, b.next_outgoing_id, b.incoming_window),
+        (Some(3), 9, 400)
+    );
     assert_eq!((b.outgoing_window, b.handle_max), (500, Some(255)));
     let back: Fe2o3Begin = serde_amqp::from_slice(&encoded(&ours_begin)).unwrap();
     assert_eq!(back.handle_max.0, 255);
@@ -90,8 +95,13 @@ fn begin_flow_and_close_both_ways() {
         properties: None,
     };
     let ours_flow = ours(&serde_amqp::to_vec(&flow).unwrap());
-    let Performative::Flow(f) = &ours_flow else { panic!() };
-    assert_eq!((f.handle, f.delivery_count, f.link_credit, f.drain), (Some(5), Some(6), Some(200), true));
+    let Performative::Flow(f) = &ours_flow else {
+        panic!()
+    };
+    assert_eq!(
+        (f.handle, f.delivery_count, f.link_credit, f.drain),
+        (Some(5), Some(6), Some(200), true)
+    );
     let back: Fe2o3Flow = serde_amqp::from_slice(&encoded(&ours_flow)).unwrap();
     assert_eq!(back.link_credit, Some(200));
     assert!(back.drain && !back.echo);
@@ -104,12 +114,17 @@ fn begin_flow_and_close_both_ways() {
         )),
     };
     let ours_close = ours(&serde_amqp::to_vec(&close).unwrap());
-    let Performative::Close(c) = &ours_close else { panic!() };
+    let Performative::Close(c) = &ours_close else {
+        panic!()
+    };
     let error = c.error.as_ref().unwrap();
     assert_eq!(error.condition, "amqp:decode-error");
     assert_eq!(error.description.as_deref(), Some("bad frame"));
     let back: Fe2o3Close = serde_amqp::from_slice(&encoded(&ours_close)).unwrap();
-    assert_eq!(back.error.unwrap().description.as_deref(), Some("bad frame"));
+    assert_eq!(
+        back.error.unwrap().description.as_deref(),
+        Some("bad frame")
+    );
 }
 
 #[test]
@@ -131,7 +146,9 @@ fn attach_transfer_and_disposition_both_ways() {
         properties: None,
     };
     let ours_attach = ours(&serde_amqp::to_vec(&attach).unwrap());
-    let Performative::Attach(a) = &ours_attach else { panic!() };
+    let Performative::Attach(a) = &ours_attach else {
+        panic!()
+    };
     assert_eq!((a.name.as_str(), a.handle, a.role), ("link-1", 2, true));
     let source = a.source.as_ref().unwrap();
     assert_eq!(source.address.as_deref(), Some("/queues/q1"));
@@ -144,7 +161,9 @@ fn attach_transfer_and_disposition_both_ways() {
     let transfer = Fe2o3Transfer {
         handle: Handle(2),
         delivery_id: Some(77),
-        delivery_tag: Some(fe2o3_amqp_types::definitions::DeliveryTag::from(vec![1, 2, 3])),
+        delivery_tag: Some(fe2o3_amqp_types::definitions::DeliveryTag::from(vec![
+            1, 2, 3,
+        ])),
         message_format: Some(0),
         settled: Some(false),
         more: true,
@@ -155,8 +174,13 @@ fn attach_transfer_and_disposition_both_ways() {
         batchable: true,
     };
     let ours_transfer = ours(&serde_amqp::to_vec(&transfer).unwrap());
-    let Performative::Transfer(t) = &ours_transfer else { panic!() };
-    assert_eq!((t.handle, t.delivery_id, t.more, t.batchable), (2, Some(77), true, true));
+    let Performative::Transfer(t) = &ours_transfer else {
+        panic!()
+    };
+    assert_eq!(
+        (t.handle, t.delivery_id, t.more, t.batchable),
+        (2, Some(77), true, true)
+    );
     assert_eq!(t.delivery_tag.as_deref(), Some(&[1u8, 2, 3][..]));
     let back: Fe2o3Transfer = serde_amqp::from_slice(&encoded(&ours_transfer)).unwrap();
     assert_eq!(back.delivery_id, Some(77));
@@ -171,8 +195,13 @@ fn attach_transfer_and_disposition_both_ways() {
         batchable: false,
     };
     let ours_disposition = ours(&serde_amqp::to_vec(&disposition).unwrap());
-    let Performative::Disposition(d) = &ours_disposition else { panic!() };
-    assert_eq!((d.role, d.first, d.last, d.settled), (true, 10, Some(20), true));
+    let Performative::Disposition(d) = &ours_disposition else {
+        panic!()
+    };
+    assert_eq!(
+        (d.role, d.first, d.last, d.settled),
+        (true, 10, Some(20), true)
+    );
     assert_eq!(d.state, Some(DeliveryState::Accepted));
     let back: Fe2o3Disposition = serde_amqp::from_slice(&encoded(&ours_disposition)).unwrap();
     assert!(matches!(back.state, Some(Fe2o3State::Accepted(_))));

@@ -1,3 +1,4 @@
+#![allow(clippy::indexing_slicing, clippy::panic)]
 //! Round trips for every primitive, compound, performative, SASL frame and section, the
 //! encodings the spec fixes byte for byte, and truncated or corrupt input (never a panic).
 
@@ -109,14 +110,17 @@ fn wide_encodings_decode() {
 #[test]
 fn malformed_values_are_errors() {
     for bad in [
-        &[0x01][..],                  // unknown format code
-        &[0xa1, 2, 0xff, 0xfe],       // invalid UTF-8
-        &[0xc0, 1, 5],                // count larger than the size
-        &[0xc1, 2, 1, 0x40],          // map with an odd count
+        &[0x01][..],                                 // unknown format code
+        &[0xa1, 2, 0xff, 0xfe],                      // invalid UTF-8
+        &[0xc0, 1, 5],                               // count larger than the size
+        &[0xc1, 2, 1, 0x40],                         // map with an odd count
         &[0xd0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1], // size beyond the input
-        &[0xb0, 0, 0, 0, 9, 1],       // truncated binary
+        &[0xb0, 0, 0, 0, 9, 1],                      // truncated binary
     ] {
-        assert!(Value::decode(&Bytes::copy_from_slice(bad)).is_err(), "{bad:?}");
+        assert!(
+            Value::decode(&Bytes::copy_from_slice(bad)).is_err(),
+            "{bad:?}"
+        );
     }
     let mut deep = vec![0x00u8; 200];
     deep.push(0x40);
@@ -128,7 +132,7 @@ fn malformed_values_are_errors() {
 
 fn performatives() -> Vec<Performative> {
     vec![
-        Performative::Open(Open {
+        Performative::Open(Box::new(Open {
             container_id: "c1".into(),
             hostname: Some("localhost".into()),
             max_frame_size: Some(65536),
@@ -137,7 +141,7 @@ fn performatives() -> Vec<Performative> {
             offered_capabilities: vec!["ANONYMOUS-RELAY".into()],
             desired_capabilities: vec![],
             properties: Some(vec![(Value::symbol("product"), Value::string("x"))]),
-        }),
+        })),
         Performative::Begin(Begin {
             remote_channel: Some(1),
             next_outgoing_id: 0,
@@ -146,7 +150,7 @@ fn performatives() -> Vec<Performative> {
             handle_max: Some(3),
             ..Default::default()
         }),
-        Performative::Attach(Attach {
+        Performative::Attach(Box::new(Attach {
             name: "link".into(),
             handle: 2,
             role: ROLE_RECEIVER,
@@ -161,7 +165,7 @@ fn performatives() -> Vec<Performative> {
             initial_delivery_count: Some(0),
             max_message_size: Some(1 << 20),
             ..Default::default()
-        }),
+        })),
         Performative::Flow(Flow {
             next_incoming_id: Some(1),
             incoming_window: 5,
@@ -259,7 +263,10 @@ fn sasl_frames_and_heartbeats_round_trip() {
     }
     let mut out = BytesMut::new();
     encode_empty_frame(&mut out);
-    assert_eq!(decode_frame(&mut out, 512).unwrap().unwrap().body, FrameBody::Empty);
+    assert_eq!(
+        decode_frame(&mut out, 512).unwrap().unwrap().body,
+        FrameBody::Empty
+    );
 }
 
 #[test]

@@ -106,9 +106,7 @@ impl Fields {
     pub fn string(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
         match self.value() {
             None => Ok(None),
-            Some(v @ (Value::String(_) | Value::Symbol(_))) => {
-                Ok(v.as_str().map(str::to_owned))
-            }
+            Some(v @ (Value::String(_) | Value::Symbol(_))) => Ok(v.as_str().map(str::to_owned)),
             Some(_) => Err(self.bad(field, "expected a string")),
         }
     }

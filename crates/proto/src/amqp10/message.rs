@@ -28,7 +28,10 @@ const NAMES: [(&str, u64); 9] = [
     ("amqp:delivery-annotations:map", code::DELIVERY_ANNOTATIONS),
     ("amqp:message-annotations:map", code::MESSAGE_ANNOTATIONS),
     ("amqp:properties:list", code::PROPERTIES),
-    ("amqp:application-properties:map", code::APPLICATION_PROPERTIES),
+    (
+        "amqp:application-properties:map",
+        code::APPLICATION_PROPERTIES,
+    ),
     ("amqp:data:binary", code::DATA),
     ("amqp:amqp-sequence:list", code::AMQP_SEQUENCE),
     ("amqp:amqp-value:*", code::AMQP_VALUE),
@@ -194,10 +197,18 @@ impl Header {
         composite(
             code::HEADER,
             vec![
-                if self.durable { Value::Bool(true) } else { Value::Null },
+                if self.durable {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
                 self.priority.map_or(Value::Null, Value::Ubyte),
                 opt_uint(self.ttl),
-                if self.first_acquirer { Value::Bool(true) } else { Value::Null },
+                if self.first_acquirer {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
                 if self.delivery_count > 0 {
                     Value::Uint(self.delivery_count)
                 } else {
@@ -272,7 +283,12 @@ pub fn encode_data_head(out: &mut BytesMut, len: usize) {
 pub const DATA_HEAD_BYTES: usize = 8;
 
 /// Writes a whole message with one data section (tests and clients).
-pub fn encode_simple(out: &mut BytesMut, header: Option<&Header>, properties: Option<&Properties>, body: &[u8]) {
+pub fn encode_simple(
+    out: &mut BytesMut,
+    header: Option<&Header>,
+    properties: Option<&Properties>,
+    body: &[u8],
+) {
     if let Some(h) = header {
         h.to_value().encode(out);
     }

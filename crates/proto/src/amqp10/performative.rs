@@ -42,9 +42,10 @@ pub const SND_MIXED: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Performative {
-    Open(Open),
+    /// Boxed (as attach): rare and large, while transfers are small and many.
+    Open(Box<Open>),
     Begin(Begin),
-    Attach(Attach),
+    Attach(Box<Attach>),
     Flow(Flow),
     Transfer(Transfer),
     Disposition(Disposition),
@@ -213,17 +214,18 @@ impl Performative {
         };
         let code = descriptor_code(&descriptor, &PERFORMATIVE_NAMES)?;
         Ok(match code {
-            code::OPEN => Performative::Open(Open::decode(Fields::new("open", *body)?)?),
+            code::OPEN => Performative::Open(Box::new(Open::decode(Fields::new("open", *body)?)?)),
             code::BEGIN => Performative::Begin(Begin::decode(Fields::new("begin", *body)?)?),
-            code::ATTACH => Performative::Attach(Attach::decode(Fields::new("attach", *body)?)?),
+            code::ATTACH => {
+                Performative::Attach(Box::new(Attach::decode(Fields::new("attach", *body)?)?))
+            }
             code::FLOW => Performative::Flow(Flow::decode(Fields::new("flow", *body)?)?),
             code::TRANSFER => {
                 Performative::Transfer(Transfer::decode(Fields::new("transfer", *body)?)?)
             }
-            code::DISPOSITION => Performative::Disposition(Disposition::decode(Fields::new(
-                "disposition",
-                *body,
-            )?)?),
+            code::DISPOSITION => {
+                Performative::Disposition(Disposition::decode(Fields::new("disposition", *body)?)?)
+            }
             code::DETACH => Performative::Detach(Detach::decode(Fields::new("detach", *body)?)?),
             code::END => Performative::End(End {
                 error: error_field(&mut Fields::new("end", *body)?)?,
@@ -300,7 +302,10 @@ const COMPOSITE_NAMES: [(&str, u64); 9] = [
 ];
 
 /// The numeric code of a descriptor, which may also be the composite's symbolic name.
-pub(crate) fn descriptor_code(descriptor: &Value, names: &[(&str, u64)]) -> Result<u64, DecodeError> {
+pub(crate) fn descriptor_code(
+    descriptor: &Value,
+    names: &[(&str, u64)],
+) -> Result<u64, DecodeError> {
     if let Some(code) = descriptor.as_u64() {
         return Ok(code);
     }
@@ -542,12 +547,28 @@ impl Transfer {
                 self.delivery_tag.clone().map_or(Value::Null, Value::Binary),
                 opt_uint(self.message_format),
                 self.settled.map_or(Value::Null, Value::Bool),
-                if self.more { Value::Bool(true) } else { Value::Null },
+                if self.more {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
                 self.rcv_settle_mode.map_or(Value::Null, Value::Ubyte),
                 state_value(&self.state),
-                if self.resume { Value::Bool(true) } else { Value::Null },
-                if self.aborted { Value::Bool(true) } else { Value::Null },
-                if self.batchable { Value::Bool(true) } else { Value::Null },
+                if self.resume {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
+                if self.aborted {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
+                if self.batchable {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
             ],
         )
     }
@@ -574,7 +595,11 @@ impl Disposition {
                 opt_uint(self.last),
                 Value::Bool(self.settled),
                 state_value(&self.state),
-                if self.batchable { Value::Bool(true) } else { Value::Null },
+                if self.batchable {
+                    Value::Bool(true)
+                } else {
+                    Value::Null
+                },
             ],
         )
     }
@@ -687,7 +712,9 @@ impl DeliveryState {
                 vec![Value::Uint(*section_number), Value::Ulong(*section_offset)],
             ),
             DeliveryState::Accepted => composite(code::ACCEPTED, Vec::new()),
-            DeliveryState::Rejected { error } => composite(code::REJECTED, vec![error_value(error)]),
+            DeliveryState::Rejected { error } => {
+                composite(code::REJECTED, vec![error_value(error)])
+            }
             DeliveryState::Released => composite(code::RELEASED, Vec::new()),
             DeliveryState::Modified {
                 delivery_failed,

@@ -60,9 +60,9 @@ impl SaslFrame {
                 initial_response: f.binary("initial-response")?,
                 hostname: f.string("hostname")?,
             },
-            code::CHALLENGE => SaslFrame::Challenge(
-                f.binary("challenge")?.ok_or_else(|| missing("challenge"))?,
-            ),
+            code::CHALLENGE => {
+                SaslFrame::Challenge(f.binary("challenge")?.ok_or_else(|| missing("challenge"))?)
+            }
             code::RESPONSE => {
                 SaslFrame::Response(f.binary("response")?.ok_or_else(|| missing("response"))?)
             }

@@ -5,14 +5,19 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
     /// An exchange and a fixed routing key (empty for `/exchanges/:exchange`).
-    Exchange { exchange: String, routing_key: String },
+    Exchange {
+        exchange: String,
+        routing_key: String,
+    },
     /// A queue, through the default exchange.
     Queue(String),
 }
 
 /// Parses a v2 address; the error text says what is wrong, for the client.
 pub fn parse(address: &str) -> Result<Address, String> {
-    let invalid = || format!("address '{address}' is not in RabbitMQ's address format v2 (/exchanges/:exchange[/:routing-key] or /queues/:queue)");
+    let invalid = || {
+        format!("address '{address}' is not in RabbitMQ's address format v2 (/exchanges/:exchange[/:routing-key] or /queues/:queue)")
+    };
     if let Some(rest) = address.strip_prefix("/queues/") {
         if rest.is_empty() || rest.contains('/') {
             return Err(invalid());
@@ -34,7 +39,10 @@ pub fn parse(address: &str) -> Result<Address, String> {
     }
     if exchange == "amq.default" {
         // As RabbitMQ: the default exchange is addressed through /queues/:queue.
-        return Err(format!("{}: the default exchange is addressed as /queues/:queue", invalid()));
+        return Err(format!(
+            "{}: the default exchange is addressed as /queues/:queue",
+            invalid()
+        ));
     }
     Ok(Address::Exchange {
         exchange,
@@ -82,7 +90,15 @@ mod tests {
                 routing_key: String::new()
             })
         );
-        for bad in ["orders", "/queues/", "/queues/a/b", "/exchanges/", "/exchanges/x/y/z", "/queues/%zz", "/exchanges/amq.default/q"] {
+        for bad in [
+            "orders",
+            "/queues/",
+            "/queues/a/b",
+            "/exchanges/",
+            "/exchanges/x/y/z",
+            "/queues/%zz",
+            "/exchanges/amq.default/q",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

@@ -216,7 +216,9 @@ impl Connection {
             // We require SASL: answer with the header we want, as the spec says, and close.
             self.out.raw(&SASL_HEADER);
             let _ = self.flush().await;
-            return Err(Fault::Gone("client did not start with the SASL layer".into()));
+            return Err(Fault::Gone(
+                "client did not start with the SASL layer".into(),
+            ));
         }
         self.out.raw(&SASL_HEADER);
         self.sasl().await?;
@@ -303,7 +305,7 @@ impl Connection {
             properties: Some(server_properties()),
             ..Open::default()
         };
-        self.out.frame(0, &Performative::Open(reply));
+        self.out.frame(0, &Performative::Open(Box::new(reply)));
         self.peer_max_frame_size = open.max_frame_size.unwrap_or(u32::MAX);
         if self.peer_max_frame_size < MIN_MAX_FRAME_SIZE {
             return Err(Fault::close(
@@ -316,7 +318,11 @@ impl Connection {
         }
         self.channel_max = self.channel_max.min(open.channel_max.unwrap_or(u16::MAX));
         self.peer_idle_timeout = Duration::from_millis(u64::from(open.idle_time_out.unwrap_or(0)));
-        let name = match open.hostname.as_deref().and_then(|h| h.strip_prefix("vhost:")) {
+        let name = match open
+            .hostname
+            .as_deref()
+            .and_then(|h| h.strip_prefix("vhost:"))
+        {
             Some(name) => name.to_owned(),
             None => self.shared.config.default_vhost.clone(),
         };
@@ -403,7 +409,9 @@ impl Connection {
             };
             match Box::pin(self.on_frame(frame)).await {
                 Ok(()) => {}
-                Err(Fault::End(channel, error)) => Box::pin(self.end_session(channel, Some(error))).await,
+                Err(Fault::End(channel, error)) => {
+                    Box::pin(self.end_session(channel, Some(error))).await
+                }
                 Err(Fault::Detach {
                     channel,
                     handle,
@@ -448,7 +456,7 @@ impl Connection {
             Performative::Transfer(transfer) => self.on_transfer(channel, transfer, payload),
             Performative::Disposition(d) => self.on_disposition(channel, d),
             Performative::Flow(flow) => self.on_flow(channel, flow).await,
-            Performative::Attach(attach) => self.on_attach(channel, attach).await,
+            Performative::Attach(attach) => self.on_attach(channel, *attach).await,
             Performative::Detach(detach) => self.on_detach(channel, detach).await,
             Performative::End(end) => self.on_end(channel, end).await,
         }
@@ -527,7 +535,12 @@ impl Connection {
     }
 
     /// Detaches (closes) a link with an error.
-    pub(super) async fn detach_link(&mut self, channel: u16, handle: u32, error: Option<AmqpError>) {
+    pub(super) async fn detach_link(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        error: Option<AmqpError>,
+    ) {
         self.release_link(channel, handle).await;
         let detach = Detach {
             handle,

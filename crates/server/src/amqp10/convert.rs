@@ -30,7 +30,9 @@ pub fn to_amqp091(sections: &Sections, raw: &Bytes) -> (BasicProperties, Bytes) 
         properties_to_amqp091(p, &mut props, &mut headers);
     }
     for (key, value) in sections.message_annotations.iter().flatten() {
-        let Some(key) = key.as_str().filter(|k| k.starts_with("x-") && k.len() <= SHORTSTR_MAX)
+        let Some(key) = key
+            .as_str()
+            .filter(|k| k.starts_with("x-") && k.len() <= SHORTSTR_MAX)
         else {
             continue;
         };
@@ -99,9 +101,7 @@ fn properties_to_amqp091(p: &Properties, props: &mut BasicProperties, headers: &
         .content_encoding
         .as_deref()
         .map(|s| ShortStr::from(short(s)));
-    props.timestamp = p
-        .creation_time
-        .and_then(|ms| u64::try_from(ms / 1000).ok());
+    props.timestamp = p.creation_time.and_then(|ms| u64::try_from(ms / 1000).ok());
     props.app_id = p.group_id.as_deref().map(|s| ShortStr::from(short(s)));
 }
 
@@ -137,7 +137,11 @@ fn uuid_text(u: &[u8; 16]) -> String {
 }
 
 fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let hex: String = text.strip_prefix("urn:uuid:")?.chars().filter(|c| *c != '-').collect();
+    let hex: String = text
+        .strip_prefix("urn:uuid:")?
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
     if hex.len() != 32 {
         return None;
     }
@@ -206,7 +210,12 @@ fn field_to_value(value: &FieldValue) -> Option<Value> {
 /// Writes the sections of a 0.9.1 message (`properties`, with the broker's annotations already
 /// rendered) up to its body's constructor into `out`; returns the body bytes, to be sent after
 /// them from their own buffer.
-pub fn to_amqp10(message: &Message, properties: &Bytes, redelivered: bool, out: &mut BytesMut) -> Bytes {
+pub fn to_amqp10(
+    message: &Message,
+    properties: &Bytes,
+    redelivered: bool,
+    out: &mut BytesMut,
+) -> Bytes {
     let props = BasicProperties::decode(properties).unwrap_or_default();
     let header = Header {
         durable: props.delivery_mode == Some(2),
@@ -333,7 +342,12 @@ mod tests {
         let mut encoded = BytesMut::new();
         props.encode(&mut encoded);
         let encoded = encoded.freeze();
-        let message = Message::new(Bytes::new(), Bytes::from_static(b"q"), encoded.clone(), body);
+        let message = Message::new(
+            Bytes::new(),
+            Bytes::from_static(b"q"),
+            encoded.clone(),
+            body,
+        );
         let mut prefix = BytesMut::new();
         let body = to_amqp10(&message, &encoded, false, &mut prefix);
         prefix.extend_from_slice(&body);
@@ -347,7 +361,9 @@ mod tests {
 
     #[test]
     fn uuids_convert_to_urns() {
-        let u = [0x55, 0x0e, 0x84, 0, 0xe2, 0x9b, 0x41, 0xd4, 0xa7, 0x16, 0x44, 0x66, 0x55, 0x44, 0, 0];
+        let u = [
+            0x55, 0x0e, 0x84, 0, 0xe2, 0x9b, 0x41, 0xd4, 0xa7, 0x16, 0x44, 0x66, 0x55, 0x44, 0, 0,
+        ];
         let text = id_text(&Value::Uuid(u)).unwrap();
         assert_eq!(text, "urn:uuid:550e8400-e29b-41d4-a716-446655440000");
         assert_eq!(parse_uuid(&text), Some(u));

@@ -31,7 +31,10 @@ pub enum Link {
 /// Where an incoming link's messages go.
 #[derive(Debug, Clone)]
 pub enum LinkTarget {
-    Exchange { exchange: String, routing_key: String },
+    Exchange {
+        exchange: String,
+        routing_key: String,
+    },
     Queue(String),
     /// The null target: each message's `to` says where it goes.
     Anonymous,
@@ -108,7 +111,8 @@ impl Connection {
             max_message_size: Some(self.shared.config.max_message_size),
             ..Attach::default()
         };
-        self.out.frame(channel, &Performative::Attach(reply));
+        self.out
+            .frame(channel, &Performative::Attach(Box::new(reply)));
         Ok(IncomingLink {
             target: link_target,
             delivery_count: attach.initial_delivery_count.unwrap_or(0),
@@ -184,7 +188,8 @@ impl Connection {
             initial_delivery_count: Some(0),
             ..Attach::default()
         };
-        self.out.frame(channel, &Performative::Attach(reply));
+        self.out
+            .frame(channel, &Performative::Attach(Box::new(reply)));
         self.consumers.insert(id, (channel, attach.handle));
         Ok(OutgoingLink {
             queue,
@@ -201,7 +206,9 @@ impl Connection {
     /// A new incoming link gets its credit.
     pub(super) async fn after_attach(&mut self, channel: u16, handle: u32) {
         let incoming = matches!(
-            self.sessions.get(&channel).and_then(|s| s.links.get(&handle)),
+            self.sessions
+                .get(&channel)
+                .and_then(|s| s.links.get(&handle)),
             Some(Link::Incoming(_))
         );
         if incoming {
@@ -410,7 +417,11 @@ impl Connection {
         let Some(op) = op else {
             return Ok(());
         };
-        let ids: Vec<u32> = session.unsettled.range(d.first..=last).map(|(id, _)| *id).collect();
+        let ids: Vec<u32> = session
+            .unsettled
+            .range(d.first..=last)
+            .map(|(id, _)| *id)
+            .collect();
         let mut settled = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(u) = session.unsettled.remove(&id) {

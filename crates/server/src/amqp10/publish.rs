@@ -92,14 +92,24 @@ impl Connection {
         let link = match session.links.get_mut(&handle) {
             Some(Link::Incoming(link)) => link,
             Some(Link::Outgoing(_)) => {
-                return Err(link_error(channel, handle, condition::ILLEGAL_STATE, "transfer on a link the client receives on".into()))
+                return Err(link_error(
+                    channel,
+                    handle,
+                    condition::ILLEGAL_STATE,
+                    "transfer on a link the client receives on".into(),
+                ))
             }
             // A link we detached (an error) while the client's transfers were on their way.
             None => return Ok(()),
         };
         if link.assembly.is_none() {
             let Some(delivery_id) = transfer.delivery_id else {
-                return Err(link_error(channel, handle, condition::INVALID_FIELD, "the first transfer of a delivery has no delivery-id".into()));
+                return Err(link_error(
+                    channel,
+                    handle,
+                    condition::INVALID_FIELD,
+                    "the first transfer of a delivery has no delivery-id".into(),
+                ));
             };
             link.assembly = Some(Assembly {
                 delivery_id,
@@ -108,10 +118,7 @@ impl Connection {
                 size: 0,
             });
         }
-        let assembly = link
-            .assembly
-            .as_mut()
-            .expect("invariant: set just above");
+        let assembly = link.assembly.as_mut().expect("invariant: set just above");
         if transfer.aborted {
             link.assembly = None;
             return Ok(());
@@ -138,7 +145,14 @@ impl Connection {
         link.delivery_count = link.delivery_count.wrapping_add(1);
         let target = link.target.clone();
         let raw = join(assembly.chunks);
-        self.publish(channel, handle, &target, assembly.delivery_id, assembly.settled, raw)
+        self.publish(
+            channel,
+            handle,
+            &target,
+            assembly.delivery_id,
+            assembly.settled,
+            raw,
+        )
     }
 
     fn publish(
@@ -151,7 +165,10 @@ impl Connection {
         raw: Bytes,
     ) -> Result<(), Fault> {
         let sections = Sections::decode(&raw).map_err(|error| {
-            Fault::close(condition::DECODE_ERROR, format!("malformed message: {error}"))
+            Fault::close(
+                condition::DECODE_ERROR,
+                format!("malformed message: {error}"),
+            )
         })?;
         let (exchange, routing_key) = match self.destination(target, &sections) {
             Ok(to) => to,
@@ -202,10 +219,14 @@ impl Connection {
             }
             return Ok(());
         }
-        let tag = if settled { NO_TAG } else { tag_of(channel, delivery_id) };
-        let waits = targets.iter().any(|q| {
-            (stores_durably(q) && message.persistent) || q.args().rejects_publishes()
-        });
+        let tag = if settled {
+            NO_TAG
+        } else {
+            tag_of(channel, delivery_id)
+        };
+        let waits = targets
+            .iter()
+            .any(|q| (stores_durably(q) && message.persistent) || q.args().rejects_publishes());
         for queue in &targets {
             self.pending.publish(queue, message.clone(), tag);
         }
@@ -284,7 +305,15 @@ impl Connection {
     pub(super) async fn flush_pending(&mut self) {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut ticket = None;
-        for (_, QueueBatch { queue, messages, tags }) in publishes.drain() {
+        for (
+            _,
+            QueueBatch {
+                queue,
+                messages,
+                tags,
+            },
+        ) in publishes.drain()
+        {
             let waits = (stores_durably(&queue) && messages.iter().any(|m| m.persistent))
                 || tags.iter().any(|&t| t != NO_TAG);
             let confirm = waits.then(|| {
@@ -429,7 +458,8 @@ impl Connection {
             state: Some(state),
             batchable: false,
         };
-        self.out.frame(channel, &Performative::Disposition(disposition));
+        self.out
+            .frame(channel, &Performative::Disposition(disposition));
     }
 }
 

@@ -61,7 +61,10 @@ impl Connection {
         if channel > self.channel_max() {
             return Err(Fault::close(
                 condition::RESOURCE_LIMIT_EXCEEDED,
-                format!("channel {channel} is above channel-max {}", self.channel_max()),
+                format!(
+                    "channel {channel} is above channel-max {}",
+                    self.channel_max()
+                ),
             ));
         }
         if self.sessions.contains_key(&channel) || begin.remote_channel.is_some() {
@@ -135,12 +138,17 @@ impl Connection {
         if session.links.contains_key(&handle) {
             return Err(Fault::End(
                 channel,
-                AmqpError::new(condition::HANDLE_IN_USE, format!("handle {handle} is in use")),
+                AmqpError::new(
+                    condition::HANDLE_IN_USE,
+                    format!("handle {handle} is in use"),
+                ),
             ));
         }
         // The client's role is the opposite of ours: its sender is our receiving link.
         let attached = if attach.role {
-            self.attach_outgoing(channel, &attach).await.map(Link::Outgoing)
+            self.attach_outgoing(channel, &attach)
+                .await
+                .map(Link::Outgoing)
         } else {
             self.attach_incoming(channel, &attach).map(Link::Incoming)
         };
@@ -158,7 +166,8 @@ impl Connection {
                     role: !attach.role,
                     ..Attach::default()
                 };
-                self.out.frame(channel, &Performative::Attach(reply));
+                self.out
+                    .frame(channel, &Performative::Attach(Box::new(reply)));
                 let detach = Detach {
                     handle,
                     closed: true,

@@ -85,7 +85,8 @@ impl Writer {
         let end = from + len;
         if from < prefix.len() {
             let upto = end.min(prefix.len());
-            self.encode.extend_from_slice(prefix.get(from..upto).unwrap_or_default());
+            self.encode
+                .extend_from_slice(prefix.get(from..upto).unwrap_or_default());
         }
         if end > prefix.len() {
             let start = from.saturating_sub(prefix.len());
