@@ -524,6 +524,14 @@ impl Connection {
         // Deliveries still in the outbox find no link and go back to their queues.
         self.on_events();
         self.flush_pending().await;
+        // Exclusive queues (declared through the management node) go with their connection.
+        if let Some(vhost) = self.vhost.clone() {
+            for queue in vhost.exclusive_queues_of(self.id) {
+                let _ = vhost
+                    .delete_queue(queue.name(), false, false, self.id)
+                    .await;
+            }
+        }
     }
 
     /// Ends a session with an error (a session error) and releases what it held.

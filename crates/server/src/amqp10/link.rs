@@ -19,6 +19,7 @@ use warren_proto::amqp10::{
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
 use super::convert;
+use super::management::MANAGEMENT_ADDRESS;
 use super::session::Unsettled;
 
 pub enum Link {
@@ -26,6 +27,16 @@ pub enum Link {
     Incoming(IncomingLink),
     /// The client receives: we consume from a queue and send.
     Outgoing(OutgoingLink),
+    /// The client receives management responses (source `/management`).
+    Management(ManagementLink),
+}
+
+/// The sending half of a `/management` link pair: responses wait here for link credit.
+#[derive(Default)]
+pub struct ManagementLink {
+    pub delivery_count: u32,
+    pub link_credit: u32,
+    pub responses: VecDeque<Bytes>,
 }
 
 /// Where an incoming link's messages go.
@@ -38,6 +49,8 @@ pub enum LinkTarget {
     Queue(String),
     /// The null target: each message's `to` says where it goes.
     Anonymous,
+    /// The management node: messages are requests.
+    Management,
 }
 
 pub struct IncomingLink {
@@ -82,6 +95,7 @@ impl Connection {
         };
         let link_target = match target.address.as_deref() {
             None => LinkTarget::Anonymous,
+            Some(MANAGEMENT_ADDRESS) => LinkTarget::Management,
             Some(text) => match address::parse(text) {
                 Err(text) => return Err(AmqpError::new(condition::INVALID_FIELD, text)),
                 Ok(Address::Queue(queue)) => {
@@ -130,6 +144,91 @@ impl Connection {
             ));
         }
         Ok(())
+    }
+
+    /// The management node's response link: settled, credit from the client.
+    pub(super) fn attach_management(&mut self, channel: u16, attach: &Attach) -> ManagementLink {
+        let reply = Attach {
+            name: attach.name.clone(),
+            handle: attach.handle,
+            role: ROLE_SENDER,
+            snd_settle_mode: Some(SND_SETTLED),
+            rcv_settle_mode: Some(0),
+            source: attach.source.clone(),
+            target: attach.target.clone(),
+            initial_delivery_count: Some(0),
+            properties: attach.properties.clone(),
+            ..Attach::default()
+        };
+        self.out
+            .frame(channel, &Performative::Attach(Box::new(reply)));
+        ManagementLink::default()
+    }
+
+    /// Queues a management response on the session's response link and sends what credit
+    /// allows.
+    pub(super) fn send_management_response(&mut self, channel: u16, message: Bytes) {
+        let Some(session) = self.sessions.get_mut(&channel) else {
+            return;
+        };
+        let link = session
+            .links
+            .iter_mut()
+            .find_map(|(handle, link)| match link {
+                Link::Management(m) => Some((*handle, m)),
+                _ => None,
+            });
+        let Some((handle, link)) = link else {
+            tracing::debug!(
+                connection = self.id,
+                channel,
+                "management response without a response link, dropped"
+            );
+            return;
+        };
+        link.responses.push_back(message);
+        self.pump_management(channel, handle);
+    }
+
+    pub(super) fn pump_management(&mut self, channel: u16, handle: u32) {
+        let max_frame_size = self.peer_max_frame_size.min(self.frame_size_out_max());
+        loop {
+            let Some(session) = self.sessions.get_mut(&channel) else {
+                return;
+            };
+            if session.remote_incoming_window == 0 {
+                return;
+            }
+            let Some(Link::Management(link)) = session.links.get_mut(&handle) else {
+                return;
+            };
+            if link.link_credit == 0 {
+                return;
+            }
+            let Some(message) = link.responses.pop_front() else {
+                return;
+            };
+            link.link_credit -= 1;
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            let delivery_id = session.next_outgoing_id;
+            let transfer = Transfer {
+                handle,
+                delivery_id: Some(delivery_id),
+                delivery_tag: Some(Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+                message_format: Some(0),
+                settled: Some(true),
+                ..Transfer::default()
+            };
+            let frames =
+                self.out
+                    .transfer(channel, transfer, &message, &Bytes::new(), max_frame_size);
+            let session = self
+                .sessions
+                .get_mut(&channel)
+                .expect("invariant: looked up above");
+            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
+            session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+        }
     }
 
     pub(super) async fn attach_outgoing(

@@ -10,6 +10,7 @@ mod address;
 mod connection;
 mod convert;
 mod link;
+mod management;
 mod publish;
 mod session;
 mod writer;

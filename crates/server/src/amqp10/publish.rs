@@ -22,6 +22,7 @@ use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
 use super::convert;
 use super::link::{Assembly, Link, LinkTarget};
+use super::management::Request;
 
 /// The tag of a publish nobody waits to hear about (pre-settled).
 const NO_TAG: u64 = u64::MAX;
@@ -45,6 +46,8 @@ pub struct Pending {
     rejected: FxHashSet<u64>,
     /// Outcomes to send: (channel, delivery-id, state).
     outcomes: Vec<(u16, u32, DeliveryState)>,
+    /// Requests to the management node.
+    management: Vec<Request>,
     next_ticket: u64,
 }
 
@@ -91,7 +94,7 @@ impl Connection {
         let handle = transfer.handle;
         let link = match session.links.get_mut(&handle) {
             Some(Link::Incoming(link)) => link,
-            Some(Link::Outgoing(_)) => {
+            Some(Link::Outgoing(_) | Link::Management(_)) => {
                 return Err(link_error(
                     channel,
                     handle,
@@ -145,6 +148,16 @@ impl Connection {
         link.delivery_count = link.delivery_count.wrapping_add(1);
         let target = link.target.clone();
         let raw = join(assembly.chunks);
+        if matches!(target, LinkTarget::Management) {
+            self.pending.management.push(Request { channel, raw });
+            if !assembly.settled {
+                let state = DeliveryState::Accepted;
+                self.pending
+                    .outcomes
+                    .push((channel, assembly.delivery_id, state));
+            }
+            return Ok(());
+        }
         self.publish(
             channel,
             handle,
@@ -248,6 +261,10 @@ impl Connection {
                 routing_key,
             } => Ok((exchange.clone(), routing_key.clone())),
             LinkTarget::Queue(queue) => Ok((String::new(), queue.clone())),
+            LinkTarget::Management => Err(AmqpError::new(
+                condition::NOT_ALLOWED,
+                "the management node takes requests, not messages to route",
+            )),
             LinkTarget::Anonymous => {
                 let to = sections.properties.as_ref().and_then(|p| p.to.as_deref());
                 let Some(to) = to else {
@@ -342,6 +359,10 @@ impl Connection {
                     .outcomes
                     .push((channel, delivery_id, DeliveryState::Accepted)),
             }
+        }
+        let requests = std::mem::take(&mut self.pending.management);
+        if !requests.is_empty() {
+            self.answer_management(requests).await;
         }
         let mut settles = std::mem::take(&mut self.pending.settles);
         for ((_, op), (queue, seqs)) in settles.drain() {

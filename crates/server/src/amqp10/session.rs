@@ -145,7 +145,11 @@ impl Connection {
             ));
         }
         // The client's role is the opposite of ours: its sender is our receiving link.
-        let attached = if attach.role {
+        let management_source = attach.source.as_ref().and_then(|s| s.address.as_deref())
+            == Some(super::management::MANAGEMENT_ADDRESS);
+        let attached = if attach.role && management_source {
+            Ok(Link::Management(self.attach_management(channel, &attach)))
+        } else if attach.role {
             self.attach_outgoing(channel, &attach)
                 .await
                 .map(Link::Outgoing)
@@ -265,6 +269,19 @@ impl Connection {
                 self.send_waiting(channel);
                 Ok(())
             }
+            Some(Link::Management(link)) => {
+                let granted = flow.link_credit.unwrap_or(0);
+                let counted_from = flow.delivery_count.unwrap_or(link.delivery_count);
+                let credit = counted_from
+                    .wrapping_add(granted)
+                    .wrapping_sub(link.delivery_count);
+                link.link_credit = credit.min(granted);
+                self.pump_management(channel, handle);
+                if flow.echo {
+                    self.send_session_flow(channel, Some(handle));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -286,6 +303,10 @@ impl Connection {
                 Link::Incoming(l) => {
                     flow.delivery_count = Some(l.delivery_count);
                     flow.link_credit = Some(l.credit);
+                }
+                Link::Management(l) => {
+                    flow.delivery_count = Some(l.delivery_count);
+                    flow.link_credit = Some(l.link_credit);
                 }
                 Link::Outgoing(l) => {
                     flow.delivery_count = Some(l.delivery_count);
