@@ -51,12 +51,17 @@ fn composite(code: u8, fields: &[&[u8]]) -> Vec<u8> {
 
 /// SASL PLAIN as guest, then open: everything a raw client sends before its first session.
 fn handshake_bytes() -> Vec<u8> {
+    handshake_bytes_with(&[b"\xa1\x03raw"])
+}
+
+/// The handshake with these open fields (container-id first).
+fn handshake_bytes_with(open_fields: &[&[u8]]) -> Vec<u8> {
     let mut out = b"AMQP\x03\x01\x00\x00".to_vec();
     let mut response = vec![0xa0, 12];
     response.extend_from_slice(b"\0guest\0guest");
     out.extend(frame(1, &composite(0x41, &[b"\xa3\x05PLAIN", &response])));
     out.extend_from_slice(b"AMQP\x00\x01\x00\x00");
-    out.extend(frame(0, &composite(0x10, &[b"\xa1\x03raw"])));
+    out.extend(frame(0, &composite(0x10, open_fields)));
     out
 }
 
@@ -174,4 +179,33 @@ async fn durable_messages_survive_a_restart() {
     let (_c091, channel) = broker.channel().await;
     let bodies = get_all(&channel, &queue).await;
     assert_eq!(bodies.len(), 20, "every accepted durable message survives");
+}
+
+#[tokio::test]
+async fn idle_timeouts_both_ways() {
+    let broker = TestBroker::start_with(|c| c.heartbeat = 1).await;
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    // container-id, hostname null, max-frame-size null, channel-max null, idle-time-out 400 ms.
+    let idle: &[u8] = &[0x70, 0, 0, 1, 0x90];
+    let bytes = handshake_bytes_with(&[b"\xa1\x03raw", b"\x40", b"\x40", b"\x40", idle]);
+    socket.write_all(&bytes).await.unwrap();
+    // We asked for 400 ms: the broker sends empty frames well within it while we are silent...
+    let empty_frame: &[u8] = &[0, 0, 0, 8, 2, 0, 0, 0];
+    let seen = read_until(&mut socket, empty_frame, Duration::from_secs(2)).await;
+    assert!(
+        seen.windows(8).any(|w| w == empty_frame),
+        "no empty frame in {seen:?}"
+    );
+    // ...and, silent for twice its own 1 s idle-time-out, we are closed with an error.
+    let started = tokio::time::Instant::now();
+    let seen = read_until(
+        &mut socket,
+        b"amqp:resource-limit-exceeded",
+        Duration::from_secs(6),
+    )
+    .await;
+    assert!(seen
+        .windows(28)
+        .any(|w| w == b"amqp:resource-limit-exceeded"));
+    assert!(started.elapsed() >= Duration::from_millis(1000));
 }

@@ -123,6 +123,7 @@ impl Connection {
             source: attach.source.clone(),
             target: attach.target.clone(),
             max_message_size: Some(self.shared.config.max_message_size),
+            properties: attach.properties.clone(),
             ..Attach::default()
         };
         self.out
