@@ -321,3 +321,51 @@ async fn presettled_sends_and_receives() {
         "settled deliveries are gone"
     );
 }
+
+#[tokio::test]
+async fn unsettled_deliveries_return_when_the_connection_closes() {
+    let broker = TestBroker::start().await;
+    let (_c091, channel) = broker.channel().await;
+    let queue = unique("q");
+    declare_queue(&channel, &queue).await;
+    for i in 0..3 {
+        publish(&channel, "", &queue, format!("m{i}").as_bytes()).await;
+    }
+    let (mut connection, mut session) = broker.amqp10().await;
+    let address = format!("/queues/{queue}");
+    let mut receiver = bounded!(Receiver::attach(&mut session, "r", address.as_str())).unwrap();
+    for _ in 0..3 {
+        let _unsettled =
+            bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
+    }
+    drop(receiver);
+    drop(session);
+    let _ = bounded!(connection.close());
+    warren_tests::wait_for_message_count(&broker.connect().await, &queue, 3).await;
+    let got = bounded!(channel.basic_get(queue.as_str().into(), Default::default()))
+        .unwrap()
+        .expect("a message is back");
+    assert!(
+        got.delivery.redelivered,
+        "a requeued delivery is marked redelivered"
+    );
+}
+
+#[tokio::test]
+async fn deleting_the_queue_detaches_its_receivers() {
+    let broker = TestBroker::start().await;
+    let (_c091, channel) = broker.channel().await;
+    let queue = unique("q");
+    declare_queue(&channel, &queue).await;
+    let (_connection, mut session) = broker.amqp10().await;
+    let address = format!("/queues/{queue}");
+    let mut receiver = bounded!(Receiver::attach(&mut session, "r", address.as_str())).unwrap();
+    bounded!(channel.queue_delete(queue.as_str().into(), Default::default())).unwrap();
+    let error = bounded!(receiver.recv::<Value>())
+        .err()
+        .expect("the link is detached");
+    assert!(
+        format!("{error:?}").contains("ResourceDeleted"),
+        "{error:?}"
+    );
+}
