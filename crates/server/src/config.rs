@@ -53,6 +53,9 @@ pub struct Config {
     /// Link credit an AMQP 1.0 client's sending link gets, renewed once half of it is used
     /// (RabbitMQ's `max_link_credit`).
     pub max_link_credit: u32,
+    /// Transfers an AMQP 1.0 client may send on a session before the broker reopens its
+    /// window (RabbitMQ's `max_incoming_window`).
+    pub max_incoming_window: u32,
     /// Memory high watermark as a fraction of the memory available (RAM, or the cgroup limit if
     /// lower): above it, publishers are blocked (RabbitMQ's `vm_memory_high_watermark.relative`).
     #[serde(deserialize_with = "fraction")]
@@ -85,6 +88,7 @@ impl Default for Config {
             store_segment_size: 64 * 1024 * 1024,
             credit_flow_default_credit: 2_000,
             max_link_credit: 128,
+            max_incoming_window: 400,
             vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
             vm_memory_high_watermark_absolute: None,
             disk_free_limit: DiskFreeLimit::default(),
@@ -141,6 +145,9 @@ impl Config {
         }
         if self.max_link_credit == 0 {
             return Err("max_link_credit must be at least 1".into());
+        }
+        if self.max_incoming_window == 0 {
+            return Err("max_incoming_window must be at least 1".into());
         }
         if self.channel_max == 0 {
             return Err("channel_max must be at least 1".into());

@@ -31,7 +31,13 @@ use super::session::Session;
 use super::writer::Writer;
 use crate::amqp091::Shared;
 
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read space reserved during the handshake.
+const READ_CHUNK_BYTES: usize = 4 * 1024;
+/// Read space reserved in the main loop: starts small so idle connections stay small,
+/// doubles while reads fill it (many frames per syscall for a busy publisher), halves when
+/// they do not; a connection whose reads are small gives its buffer back once it is drained.
+const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
+const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
 /// How long a client has to finish SASL and open (RabbitMQ's `handshake_timeout`).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for the client's close after sending ours.
@@ -90,6 +96,7 @@ pub struct Connection {
     reader: OwnedReadHalf,
     socket_w: OwnedWriteHalf,
     rbuf: BytesMut,
+    read_chunk: usize,
     pub(super) out: Writer,
     pub(super) outbox: Arc<Outbox>,
     events: Vec<Event>,
@@ -128,6 +135,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         reader,
         socket_w,
         rbuf: BytesMut::new(),
+        read_chunk: READ_CHUNK_MIN_BYTES,
         out: Writer::default(),
         outbox: Outbox::new(),
         events: Vec::new(),
@@ -354,12 +362,24 @@ impl Connection {
         self.on_read().await?;
         loop {
             tokio::select! {
-                read = self.reader.read_buf(reserve(&mut self.rbuf)) => {
-                    if read? == 0 {
+                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk) => {
+                    let (read, space) = read?;
+                    if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
                     }
                     self.last_read = Instant::now();
+                    self.read_chunk = if read == space {
+                        (self.read_chunk * 2).min(READ_CHUNK_MAX_BYTES)
+                    } else if read < space / 4 {
+                        (self.read_chunk / 2).max(READ_CHUNK_MIN_BYTES)
+                    } else {
+                        self.read_chunk
+                    };
                     self.on_read().await?;
+                    if self.rbuf.is_empty() && self.read_chunk == READ_CHUNK_MIN_BYTES {
+                        // Quiet: hold no buffer while waiting (messages keep their slices).
+                        self.rbuf = BytesMut::new();
+                    }
                 }
                 () = outbox.notified() => {}
                 _ = tick(&mut ticker) => self.on_tick()?,
@@ -571,11 +591,22 @@ pub fn frame_size_limit(frame_max: u32) -> u32 {
     }
 }
 
-fn reserve(rbuf: &mut BytesMut) -> &mut BytesMut {
-    if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
-        rbuf.reserve(READ_CHUNK_BYTES);
+/// Reads into `rbuf` with `chunk` bytes of room; returns the bytes read and the room there was.
+/// A given-back buffer is reserved again only once the socket is readable.
+async fn read_into(
+    reader: &mut OwnedReadHalf,
+    rbuf: &mut BytesMut,
+    chunk: usize,
+) -> std::io::Result<(usize, usize)> {
+    if rbuf.capacity() == 0 {
+        reader.readable().await?;
     }
-    rbuf
+    if rbuf.capacity() - rbuf.len() < chunk {
+        rbuf.reserve(chunk);
+    }
+    let space = rbuf.capacity() - rbuf.len();
+    let read = reader.read_buf(rbuf).await?;
+    Ok((read, space))
 }
 
 async fn tick(ticker: &mut Option<tokio::time::Interval>) {

@@ -341,7 +341,8 @@ impl Connection {
         let credit = counted_from
             .wrapping_add(granted)
             .wrapping_sub(link.delivery_count);
-        link.link_credit = credit.min(granted);
+        // More than granted means the count is behind ours: the credit is used up.
+        link.link_credit = if credit > granted { 0 } else { credit };
         link.drain = flow.drain;
         let mut ready = Vec::new();
         while link.link_credit > 0 {

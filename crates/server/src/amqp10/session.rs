@@ -1,7 +1,7 @@
 //! Sessions: begin and end, the session windows, and the links of each session (attach,
 //! detach and flow are dispatched here to `link.rs` and `publish.rs`).
 //!
-//! Incoming window: the client may send `INCOMING_WINDOW` transfers; once half of them are
+//! Incoming window: the client may send `max_incoming_window` transfers; once half of them are
 //! used, the window is reopened after the read that used them (by then their publishes were
 //! handed to their queues, which is where back-pressure happens). Outgoing: deliveries wait in
 //! the session when the client's incoming window is closed.
@@ -16,9 +16,6 @@ use warren_proto::amqp10::{condition, AmqpError, Attach, Begin, Detach, End, Flo
 use super::connection::{Connection, Fault};
 use super::link::{IncomingLink, Link};
 
-/// Transfers a client may send before the session window is reopened (RabbitMQ's
-/// `max_incoming_window` default).
-pub const INCOMING_WINDOW: u32 = 400;
 /// Our outgoing window: we never hold transfers back on our side.
 const OUTGOING_WINDOW: u32 = u32::MAX;
 /// Links per session (RabbitMQ's `link_max_per_session` default is 256).
@@ -73,9 +70,10 @@ impl Connection {
                 format!("begin on channel {channel}, which has a session already"),
             ));
         }
+        let incoming_window = self.shared.config.max_incoming_window;
         let session = Session {
             next_incoming_id: begin.next_outgoing_id,
-            incoming_window: INCOMING_WINDOW,
+            incoming_window,
             next_outgoing_id: 0,
             remote_incoming_window: begin.incoming_window,
             links: FxHashMap::default(),
@@ -86,7 +84,7 @@ impl Connection {
         let reply = Begin {
             remote_channel: Some(channel),
             next_outgoing_id: 0,
-            incoming_window: INCOMING_WINDOW,
+            incoming_window,
             outgoing_window: OUTGOING_WINDOW,
             handle_max: Some(HANDLE_MAX),
             ..Begin::default()
@@ -275,7 +273,8 @@ impl Connection {
                 let credit = counted_from
                     .wrapping_add(granted)
                     .wrapping_sub(link.delivery_count);
-                link.link_credit = credit.min(granted);
+                // More than granted means the count is behind ours: the credit is used up.
+                link.link_credit = if credit > granted { 0 } else { credit };
                 self.pump_management(channel, handle);
                 if flow.echo {
                     self.send_session_flow(channel, Some(handle));
@@ -322,11 +321,12 @@ impl Connection {
     /// After a read: reopen the session windows and the link credit the client used up.
     pub(super) fn after_read(&mut self) {
         let max_link_credit = self.max_link_credit();
+        let window = self.shared.config.max_incoming_window;
         let mut flows = Vec::new();
         for (channel, session) in self.sessions.iter_mut() {
             let mut session_flow = false;
-            if session.incoming_window < INCOMING_WINDOW / 2 {
-                session.incoming_window = INCOMING_WINDOW;
+            if session.incoming_window < window / 2 {
+                session.incoming_window = window;
                 session_flow = true;
             }
             for (handle, link) in session.links.iter_mut() {
