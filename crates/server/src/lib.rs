@@ -99,10 +99,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     })
 }
 
-/// Serves one accepted socket with the protocol its header names.
+/// Serves one accepted socket with the protocol its header names. The AMQP 1.0 connection is
+/// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
 async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<amqp091::Shared>) {
     if amqp10::is_amqp10(&socket).await {
-        amqp10::serve(socket, peer, shared).await;
+        Box::pin(amqp10::serve(socket, peer, shared)).await;
     } else {
         amqp091::serve(socket, peer, shared).await;
     }
