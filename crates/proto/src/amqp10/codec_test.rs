@@ -160,6 +160,7 @@ fn performatives() -> Vec<Performative> {
                 durable: Some(2),
                 dynamic: false,
                 rest: vec![Value::Uint(2)],
+                coordinator: false,
             }),
             target: Some(Terminus::default()),
             initial_delivery_count: Some(0),
@@ -337,4 +338,24 @@ fn message_sections_decode_with_zero_copy_data() {
     let chunk = chunks[0].as_ptr() as usize;
     assert!(chunk >= start && chunk < start + bytes.len());
     assert!(sections.bare_at > 0);
+}
+
+#[test]
+fn a_coordinator_target_decodes_as_such() {
+    let attach = Value::described(
+        code::ATTACH,
+        Value::List(vec![
+            Value::string("txn"),
+            Value::Uint(0),
+            Value::Bool(false),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::described(code::COORDINATOR, Value::List(vec![])),
+        ]),
+    );
+    let Performative::Attach(attach) = Performative::from_value(attach).unwrap() else {
+        panic!("not an attach");
+    };
+    assert!(attach.target.unwrap().coordinator);
 }

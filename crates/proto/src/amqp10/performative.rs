@@ -26,6 +26,8 @@ pub mod code {
     pub const MODIFIED: u64 = 0x27;
     pub const SOURCE: u64 = 0x28;
     pub const TARGET: u64 = 0x29;
+    /// The transaction coordinator target (transactions.xml).
+    pub const COORDINATOR: u64 = 0x30;
 }
 
 /// Map type of `properties` and annotation fields.
@@ -108,6 +110,8 @@ pub struct Terminus {
     pub dynamic: bool,
     /// Every field after the address, as received (nulls included).
     pub rest: Vec<Value>,
+    /// A transaction coordinator rather than a target (its fields are not kept).
+    pub coordinator: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -289,7 +293,8 @@ const PERFORMATIVE_NAMES: [(&str, u64); 9] = [
     ("amqp:close:list", code::CLOSE),
 ];
 
-const COMPOSITE_NAMES: [(&str, u64); 9] = [
+const COMPOSITE_NAMES: [(&str, u64); 10] = [
+    ("amqp:coordinator:list", code::COORDINATOR),
     ("amqp:error:list", code::ERROR),
     ("amqp:received:list", code::RECEIVED),
     ("amqp:accepted:list", code::ACCEPTED),
@@ -451,9 +456,16 @@ fn terminus_field(
     let Value::Described(descriptor, body) = value else {
         return Err(bad("expected a described source or target"));
     };
-    if descriptor_code(&descriptor, &COMPOSITE_NAMES).ok() != Some(expected) {
-        // Other terminus types (coordinator for transactions) are not supported.
-        return Err(bad("unsupported terminus type"));
+    let code = descriptor_code(&descriptor, &COMPOSITE_NAMES).ok();
+    if expected == code::TARGET && code == Some(code::COORDINATOR) {
+        // Valid, and refused by the broker as a link error (no transactions).
+        return Ok(Some(Terminus {
+            coordinator: true,
+            ..Terminus::default()
+        }));
+    }
+    if code != Some(expected) {
+        return Err(bad("unknown terminus type"));
     }
     let mut fields = Fields::new(field, *body)?;
     let address = match fields.value() {
@@ -472,6 +484,7 @@ fn terminus_field(
         durable,
         dynamic,
         rest,
+        coordinator: false,
     }))
 }
 

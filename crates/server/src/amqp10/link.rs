@@ -93,6 +93,12 @@ impl Connection {
                 "attach of a sending link without a target",
             ));
         };
+        if target.coordinator {
+            return Err(AmqpError::new(
+                condition::NOT_IMPLEMENTED,
+                "transactions are not supported: a coordinator target cannot be attached",
+            ));
+        }
         let link_target = match target.address.as_deref() {
             None => LinkTarget::Anonymous,
             Some(MANAGEMENT_ADDRESS) => LinkTarget::Management,
