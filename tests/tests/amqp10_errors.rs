@@ -209,3 +209,29 @@ async fn idle_timeouts_both_ways() {
         .any(|w| w == b"amqp:resource-limit-exceeded"));
     assert!(started.elapsed() >= Duration::from_millis(1000));
 }
+
+/// A resource alarm blocks AMQP 1.0 publishers the way RabbitMQ 4 does: their links get no
+/// new credit until it clears; consumers keep going.
+#[tokio::test]
+async fn an_alarm_withholds_link_credit_from_publishers() {
+    use warren_core::alarm::MemoryWatermark;
+    let broker = TestBroker::start_with(|c| c.vm_memory_high_watermark = 0.0).await;
+    if broker.skip_if_external("sets the memory high watermark") {
+        return;
+    }
+    let (_c091, channel) = broker.channel().await;
+    let queue = unique("q");
+    warren_tests::declare_queue(&channel, &queue).await;
+    let (_connection, mut session) = broker.amqp10().await;
+    let address = format!("/queues/{queue}");
+    let mut sender = bounded!(Sender::attach(&mut session, "s", address.as_str())).unwrap();
+    let blocked = tokio::time::timeout(Duration::from_millis(500), sender.send("waits")).await;
+    assert!(blocked.is_err(), "a send completed during the alarm");
+    broker
+        .core()
+        .set_memory_high_watermark(MemoryWatermark::Relative(1.0));
+    let outcome = bounded!(sender.send("flows")).unwrap();
+    assert!(outcome.is_accepted());
+    let bodies = get_all(&channel, &queue).await;
+    assert!(bodies.len() == 1 || bodies.len() == 2, "{bodies:?}");
+}

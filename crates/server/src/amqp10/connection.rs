@@ -15,7 +15,9 @@ use rustc_hash::FxHashMap;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
+use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
 use warren_core::vhost::VHost;
 use warren_core::{BrokerError, ErrorKind};
@@ -115,6 +117,8 @@ pub struct Connection {
     /// Which session and link each of our consumers belongs to.
     pub(super) consumers: FxHashMap<ConsumerId, (u16, u32)>,
     pub(super) pending: Pending,
+    /// Memory and disk alarms: while one is in effect, publishing links get no new credit.
+    alarms: watch::Receiver<AlarmSet>,
     last_read: Instant,
     last_write: Instant,
     closed_by_client: bool,
@@ -128,6 +132,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let max_frame_size = frame_size_limit(shared.config.frame_max);
     let channel_max = shared.config.channel_max;
     let idle_timeout = Duration::from_secs(u64::from(shared.config.heartbeat));
+    let alarms = shared.broker.alarms().subscribe();
     let mut conn = Connection {
         id,
         shared,
@@ -149,6 +154,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         sessions: FxHashMap::default(),
         consumers: FxHashMap::default(),
         pending: Pending::default(),
+        alarms,
         last_read: Instant::now(),
         last_write: Instant::now(),
         closed_by_client: false,
@@ -382,6 +388,8 @@ impl Connection {
                     }
                 }
                 () = outbox.notified() => {}
+                // Credit withheld during an alarm is granted once it clears.
+                Ok(()) = self.alarms.changed() => self.after_read(),
                 _ = tick(&mut ticker) => self.on_tick()?,
                 _ = shutdown.changed() => {
                     return Err(Fault::close(
@@ -576,6 +584,11 @@ impl Connection {
             error,
         };
         self.out.frame(channel, &Performative::Detach(detach));
+    }
+
+    /// Whether a memory or disk alarm is in effect (publishers get no new link credit).
+    pub(super) fn alarm_in_effect(&self) -> bool {
+        !self.alarms.borrow().is_empty()
     }
 
     pub(super) fn channel_max(&self) -> u16 {

@@ -137,7 +137,11 @@ impl Connection {
         Ok(IncomingLink {
             target: link_target,
             delivery_count: attach.initial_delivery_count.unwrap_or(0),
-            credit: self.max_link_credit(),
+            credit: if self.alarm_in_effect() {
+                0
+            } else {
+                self.max_link_credit()
+            },
             assembly: None,
         })
     }

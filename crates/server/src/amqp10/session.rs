@@ -318,9 +318,15 @@ impl Connection {
         self.out.frame(channel, &Performative::Flow(flow));
     }
 
-    /// After a read: reopen the session windows and the link credit the client used up.
+    /// After a read: reopen the session windows and the link credit the client used up (no
+    /// link credit while a resource alarm is in effect: RabbitMQ's way of blocking AMQP 1.0
+    /// publishers, who keep settling and consuming meanwhile).
     pub(super) fn after_read(&mut self) {
-        let max_link_credit = self.max_link_credit();
+        let max_link_credit = if self.alarm_in_effect() {
+            0
+        } else {
+            self.max_link_credit()
+        };
         let window = self.shared.config.max_incoming_window;
         let mut flows = Vec::new();
         for (channel, session) in self.sessions.iter_mut() {
@@ -331,7 +337,7 @@ impl Connection {
             }
             for (handle, link) in session.links.iter_mut() {
                 if let Link::Incoming(IncomingLink { credit, .. }) = link {
-                    if *credit < max_link_credit / 2 {
+                    if *credit < max_link_credit.div_ceil(2) {
                         *credit = max_link_credit;
                         flows.push((*channel, Some(*handle)));
                         session_flow = false;
