@@ -235,3 +235,36 @@ async fn an_alarm_withholds_link_credit_from_publishers() {
     let bodies = get_all(&channel, &queue).await;
     assert!(bodies.len() == 1 || bodies.len() == 2, "{bodies:?}");
 }
+
+#[tokio::test]
+async fn a_forged_user_id_is_rejected() {
+    use fe2o3_amqp::types::messaging::Properties;
+    use fe2o3_amqp::types::primitives::Binary;
+    let broker = TestBroker::start().await;
+    let (_connection, mut session) = broker.amqp10().await;
+    let mut sender = bounded!(Sender::attach(&mut session, "s", "/exchanges/amq.fanout")).unwrap();
+    let forged = Message::builder()
+        .properties(
+            Properties::builder()
+                .user_id(Binary::from(b"admin".to_vec()))
+                .build(),
+        )
+        .value("forged".to_string())
+        .build();
+    let result = bounded!(sender.send(forged));
+    assert!(
+        format!("{result:?}").contains("UnauthorizedAccess"),
+        "{result:?}"
+    );
+    // The right user-id is fine.
+    let mut sender = bounded!(Sender::attach(&mut session, "s2", "/exchanges/amq.fanout")).unwrap();
+    let honest = Message::builder()
+        .properties(
+            Properties::builder()
+                .user_id(Binary::from(b"guest".to_vec()))
+                .build(),
+        )
+        .value("honest".to_string())
+        .build();
+    assert!(bounded!(sender.send(honest)).unwrap().is_released());
+}

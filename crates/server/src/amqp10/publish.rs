@@ -183,6 +183,25 @@ impl Connection {
                 format!("malformed message: {error}"),
             )
         })?;
+        // A user-id property must name the authenticated user. RabbitMQ ends the session;
+        // Warren rejects the message, which every client reports on the send that caused it.
+        let user_id = sections
+            .properties
+            .as_ref()
+            .and_then(|p| p.user_id.as_ref());
+        if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
+            let text = format!(
+                "user_id property set to '{}' but authenticated user was '{}'",
+                String::from_utf8_lossy(user_id),
+                self.user
+            );
+            if !settled {
+                let error = Some(AmqpError::new(condition::UNAUTHORIZED_ACCESS, text));
+                let state = DeliveryState::Rejected { error };
+                self.pending.outcomes.push((channel, delivery_id, state));
+            }
+            return Ok(());
+        }
         let (exchange, routing_key) = match self.destination(target, &sections) {
             Ok(to) => to,
             Err(error) => {
