@@ -369,3 +369,27 @@ async fn deleting_the_queue_detaches_its_receivers() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn queue_credit_is_topped_up_within_max_queue_credit() {
+    let broker = TestBroker::start_with(|c| c.max_queue_credit = 4).await;
+    let (_c091, channel) = broker.channel().await;
+    let queue = unique("q");
+    declare_queue(&channel, &queue).await;
+    for i in 0..50 {
+        publish(&channel, "", &queue, format!("m{i}").as_bytes()).await;
+    }
+    let (_connection, mut session) = broker.amqp10().await;
+    let address = format!("/queues/{queue}");
+    let mut receiver = bounded!(Receiver::attach(&mut session, "r", address.as_str())).unwrap();
+    for i in 0..50 {
+        let delivery =
+            bounded!(receiver.recv::<fe2o3_amqp::types::messaging::Body<Value>>()).unwrap();
+        let fe2o3_amqp::types::messaging::Body::Data(data) = delivery.body() else {
+            panic!("expected data");
+        };
+        assert_eq!(data[0].0.as_slice(), format!("m{i}").as_bytes());
+        bounded!(receiver.accept(&delivery)).unwrap();
+    }
+    assert!(get_all(&channel, &queue).await.is_empty());
+}

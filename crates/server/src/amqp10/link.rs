@@ -363,9 +363,7 @@ impl Connection {
             link.delivery_count = link.delivery_count.wrapping_add(1);
             ready.push(delivery);
         }
-        let in_flight = link.queue_credit.saturating_add(len_u32(link.held.len()));
-        let grant = link.link_credit.saturating_sub(in_flight);
-        link.queue_credit += grant;
+        let grant = queue_grant(link, self.shared.config.max_queue_credit);
         let (queue, consumer) = (link.queue.clone(), link.consumer);
         let drain = link.drain && link.link_credit > 0;
         for delivery in ready {
@@ -419,6 +417,18 @@ impl Connection {
             return;
         };
         link.queue_credit = link.queue_credit.saturating_sub(1);
+        let grant = queue_grant(link, self.shared.config.max_queue_credit);
+        if grant > 0 {
+            let top_up = (link.queue.clone(), link.consumer, grant);
+            self.pending.grant(top_up);
+        }
+        let Some(Link::Outgoing(link)) = self
+            .sessions
+            .get_mut(&channel)
+            .and_then(|s| s.links.get_mut(&handle))
+        else {
+            return;
+        };
         if link.link_credit == 0 {
             link.held.push_back(delivery);
             return;
@@ -577,6 +587,19 @@ impl Connection {
     fn frame_size_out_max(&self) -> u32 {
         super::connection::frame_size_limit(self.shared.config.frame_max)
     }
+}
+
+/// Credit to give the queue now: what the client's credit allows beyond the deliveries already
+/// on their way, at most `max_queue_credit` outstanding, in batches of half of it.
+fn queue_grant(link: &mut OutgoingLink, max_queue_credit: u32) -> u32 {
+    if link.queue_credit > max_queue_credit / 2 {
+        return 0;
+    }
+    let in_flight = link.queue_credit.saturating_add(len_u32(link.held.len()));
+    let wanted = link.link_credit.saturating_sub(in_flight);
+    let grant = wanted.min(max_queue_credit - link.queue_credit);
+    link.queue_credit += grant;
+    grant
 }
 
 fn len_u32(len: usize) -> u32 {

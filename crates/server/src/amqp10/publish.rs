@@ -48,6 +48,8 @@ pub struct Pending {
     outcomes: Vec<(u16, u32, DeliveryState)>,
     /// Requests to the management node.
     management: Vec<Request>,
+    /// Credit for queues to deliver to consumers: (queue, consumer, credit).
+    credits: Vec<(QueueHandle, u64, u32)>,
     next_ticket: u64,
 }
 
@@ -58,6 +60,10 @@ impl Pending {
             .or_insert_with(|| (queue.clone(), Vec::new()))
             .1
             .push(seq);
+    }
+
+    pub fn grant(&mut self, credit: (QueueHandle, u64, u32)) {
+        self.credits.push(credit);
     }
 
     fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
@@ -382,6 +388,9 @@ impl Connection {
         let requests = std::mem::take(&mut self.pending.management);
         if !requests.is_empty() {
             self.answer_management(requests).await;
+        }
+        for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
+            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
         }
         let mut settles = std::mem::take(&mut self.pending.settles);
         for ((_, op), (queue, seqs)) in settles.drain() {
