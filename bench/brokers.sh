@@ -23,6 +23,10 @@ rabbit_port=""
 rabbit_dist_port=""
 rabbit_env=()
 rabbit_version=""
+# Set rabbit_management=1 before start_rabbitmq to enable the management plugin; its HTTP API
+# then listens on 127.0.0.1:$rabbit_http_port.
+rabbit_management="${rabbit_management:-}"
+rabbit_http_port=""
 warren_pid=""
 warren_port=""
 warren_data_dir=""
@@ -98,8 +102,17 @@ start_rabbitmq() {
   mkdir -p "$base/home" "$base/mnesia" "$base/log"
   : >"$base/rabbitmq.conf"
   : >"$base/rabbitmq-env.conf"
-  echo "[]." >"$base/enabled_plugins"
+  # RABBITMQ_BENCH_PLUGINS: plugins to enable, comma-separated Erlang atoms
+  # (rabbitmq_consistent_hash_exchange for bench/features.sh).
+  echo "[${RABBITMQ_BENCH_PLUGINS:-}]." >"$base/enabled_plugins"
   rabbit_port="$(free_port)" && rabbit_dist_port="$(free_port)" || return 1
+  if [[ -n "$rabbit_management" ]]; then
+    rabbit_http_port="$(free_port)" || return 1
+    echo "[rabbitmq_management${RABBITMQ_BENCH_PLUGINS:+,$RABBITMQ_BENCH_PLUGINS}]." \
+      >"$base/enabled_plugins"
+    printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$rabbit_http_port" \
+      >"$base/rabbitmq.conf"
+  fi
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
   set_rabbitmq_env
@@ -121,6 +134,13 @@ start_rabbitmq() {
   rabbit_version="$(rabbitmqctl_private eval 'rabbit_misc:version().' 2>/dev/null \
     | tr -d '"')" || true
   echo "rabbitmq: version $rabbit_version, beam.smp pid $rabbit_beam_pid"
+  if [[ -n "$rabbit_management" ]]; then
+    if ! wait_for_tcp "$rabbit_pid" "$rabbit_http_port" "$BROKER_READY_TIMEOUT_S"; then
+      echo "rabbitmq: management HTTP API not listening on $rabbit_http_port"
+      return 1
+    fi
+    echo "rabbitmq: management HTTP API on 127.0.0.1:$rabbit_http_port"
+  fi
 }
 
 stop_rabbitmq() {

@@ -109,6 +109,20 @@ impl TestBroker {
         }
     }
 
+    /// The URL of the in-process broker for another user and vhost (`vhost` unencoded).
+    pub fn url_as(&self, user: &str, password: &str, vhost: &str) -> String {
+        let vhost: String = vhost
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        format!("amqp://{user}:{password}@{}/{vhost}", self.addr())
+    }
+
     /// The URL with a query string appended, e.g. `frame_max=4096&heartbeat=1`.
     pub fn url_with(&self, query: &str) -> String {
         let url = self.url();

@@ -268,3 +268,44 @@ async fn a_forged_user_id_is_rejected() {
         .build();
     assert!(bounded!(sender.send(honest)).unwrap().is_released());
 }
+
+/// Permissions apply to AMQP 1.0 links as to AMQP 0.9.1 methods: write on the target
+/// exchange (amq.default for /queues/:queue), read on the source queue.
+#[tokio::test]
+async fn links_need_permissions() {
+    use fe2o3_amqp::link::SenderAttachError;
+    use fe2o3_amqp::Receiver;
+    use warren_core::access::format::PermissionDef;
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("creates a user") {
+        return;
+    }
+    let (_c091, channel) = broker.channel().await;
+    let queue = unique("q");
+    warren_tests::declare_queue(&channel, &queue).await;
+    let access = broker.core().access();
+    access
+        .put_user("reader", Some("pw"), None, Vec::new())
+        .unwrap();
+    access
+        .set_permissions(PermissionDef {
+            user: "reader".into(),
+            vhost: "/".into(),
+            configure: String::new(),
+            write: String::new(),
+            read: ".*".into(),
+        })
+        .unwrap();
+    let url = format!("amqp://reader:pw@{}", broker.addr());
+    let mut connection = bounded!(Connection::open("reader", url.as_str())).unwrap();
+    let mut session = bounded!(fe2o3_amqp::Session::begin(&mut connection)).unwrap();
+    let address = format!("/queues/{queue}");
+    let refused = bounded!(Sender::attach(&mut session, "s", address.as_str()));
+    assert!(
+        matches!(&refused, Err(SenderAttachError::RemoteClosedWithError(e)) if format!("{e:?}").contains("UnauthorizedAccess")),
+        "{:?}",
+        refused.err()
+    );
+    let receiver = bounded!(Receiver::attach(&mut session, "r", address.as_str()));
+    assert!(receiver.is_ok(), "read is allowed: {:?}", receiver.err());
+}

@@ -2,7 +2,7 @@
 //! `Arc<Broker>`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -10,9 +10,18 @@ use parking_lot::RwLock;
 
 use warren_store::{Store, StoreConfig};
 
+use crate::access::format::{
+    BindingJson, Definitions, ExchangeJson, QueueJson, VHostLimits, VHostMetadata,
+};
+use crate::access::policy::PolicyRecord;
+use crate::access::{Access, Bootstrap, Grant};
 use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
+use crate::binding::Destination;
+use crate::error::{BrokerError, ErrorKind};
 use crate::queue::classic::Storage;
+use crate::value::{table_from_json, table_to_json};
 use crate::vhost::VHost;
+use crate::vhost::{ExchangeDeclare, QueueDeclare, VHostConnection};
 
 /// How the broker keeps messages on disk and how much it lets flow into a queue.
 #[derive(Debug, Clone)]
@@ -26,17 +35,12 @@ pub struct StorageConfig {
     pub queue_credit: u32,
 }
 
-#[derive(Debug, Clone)]
-pub struct User {
-    pub name: String,
-    pub password: String,
-    /// Only from loopback addresses (RabbitMQ's `loopback_users`).
-    pub loopback_only: bool,
-}
-
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
-    users: RwLock<HashMap<String, User>>,
+    access: Access,
+    data_dir: PathBuf,
+    queue_storage: Storage,
+    queue_credit: u32,
     next_id: AtomicU64,
     store: Store,
     alarms: Alarms,
@@ -57,11 +61,12 @@ impl Drop for OpenConnection {
 }
 
 impl Broker {
-    /// Opens the data directory, creating `default_vhost` and recovering its definitions.
+    /// Opens the data directory: the users, vhosts, permissions and policies of
+    /// `definitions/broker.json` (created from `bootstrap` on first start), each vhost's
+    /// durable definitions and the messages of its durable queues.
     pub fn open(
         data_dir: &Path,
-        default_vhost: &str,
-        users: Vec<User>,
+        bootstrap: &Bootstrap,
         storage: StorageConfig,
     ) -> std::io::Result<Arc<Broker>> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
@@ -73,6 +78,7 @@ impl Broker {
                 ),
             )
         })?;
+        let access = Access::open(data_dir, bootstrap)?;
         let (store, mut recovered) = Store::open(StoreConfig {
             dir: data_dir.join("store"),
             segment_bytes: storage.segment_bytes,
@@ -81,19 +87,26 @@ impl Broker {
             store: store.clone(),
             memory_budget: storage.queue_memory_budget,
         };
-        let vhost = VHost::open(
-            default_vhost,
-            data_dir,
-            Some(queue_storage),
-            storage.queue_credit,
-            &mut recovered,
-        )?;
+        let mut vhosts = HashMap::new();
+        for record in access.vhost_records() {
+            let vhost = VHost::open(
+                &record.name,
+                data_dir,
+                Some(queue_storage.clone()),
+                storage.queue_credit,
+                access.policy_set(&record.name),
+                &mut recovered,
+            )?;
+            vhost.set_limits(record.limits.max_connections, record.limits.max_queues);
+            vhosts.insert(record.name, vhost);
+        }
         store.forget_unclaimed(recovered);
-        let vhosts = HashMap::from([(default_vhost.to_string(), vhost)]);
-        let users = users.into_iter().map(|u| (u.name.clone(), u)).collect();
         Ok(Arc::new(Broker {
             vhosts: RwLock::new(vhosts),
-            users: RwLock::new(users),
+            access,
+            data_dir: data_dir.to_path_buf(),
+            queue_storage,
+            queue_credit: storage.queue_credit,
             next_id: AtomicU64::new(1),
             store,
             alarms: Alarms::default(),
@@ -117,30 +130,252 @@ impl Broker {
         self.vhosts.read().get(name).cloned()
     }
 
-    /// Checks a user's password and where they connect from.
-    pub fn authenticate(
+    /// Every vhost, by name.
+    pub fn vhosts(&self) -> Vec<Arc<VHost>> {
+        let mut vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        vhosts.sort_by(|a, b| a.name().cmp(b.name()));
+        vhosts
+    }
+
+    /// Users, permissions and policies (read them here; change them through the broker's
+    /// methods, which keep the vhosts in step).
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// What a connection checks at connection.open: the vhost exists, the user has
+    /// permissions in it, and its connection limit allows one more.
+    pub fn enter_vhost(
         &self,
-        mechanism: &str,
         user: &str,
-        password: &str,
-        from_loopback: bool,
-    ) -> Result<(), String> {
-        let users = self.users.read();
-        match users.get(user) {
-            Some(u) if u.password == password => {
-                if u.loopback_only && !from_loopback {
-                    Err(format!(
-                        "user '{user}' can only connect via localhost (loopback_users)"
-                    ))
-                } else {
-                    Ok(())
-                }
-            }
-            _ => Err(format!(
-                "ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. \
-                 For details see the broker logfile. (user '{user}')"
-            )),
+        vhost: &str,
+    ) -> Result<(VHostConnection, Arc<Grant>), BrokerError> {
+        let refused = || {
+            BrokerError::new(
+                ErrorKind::NotAllowed,
+                format!("access to vhost '{vhost}' refused for user '{user}'"),
+            )
+        };
+        let Some(found) = self.vhost(vhost) else {
+            return Err(BrokerError::new(
+                ErrorKind::NotAllowed,
+                format!("vhost {vhost} not found"),
+            ));
+        };
+        let grant = self.access.grant(user, vhost).ok_or_else(refused)?;
+        let connection = found.open_connection()?;
+        Ok((connection, grant))
+    }
+
+    /// Creates a vhost (or updates its description and tags).
+    pub fn add_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
+        check_vhost_name(name)?;
+        self.access.put_vhost(name, metadata)?;
+        let mut vhosts = self.vhosts.write();
+        if !vhosts.contains_key(name) {
+            // A vhost deleted by a process killed before it removed the vhost's
+            // definitions file must not come back with its old queues.
+            let stale = crate::definitions::path_for(&self.data_dir, name);
+            crate::definitions::remove(&stale).map_err(|error| {
+                BrokerError::internal(format!("cannot remove {}: {error}", stale.display()))
+            })?;
+            let vhost = VHost::open(
+                name,
+                &self.data_dir,
+                Some(self.queue_storage.clone()),
+                self.queue_credit,
+                self.access.policy_set(name),
+                &mut Default::default(),
+            )
+            .map_err(|error| {
+                BrokerError::internal(format!("cannot create vhost '{name}': {error}"))
+            })?;
+            vhosts.insert(name.to_owned(), vhost);
+            tracing::info!(vhost = name, "vhost created");
         }
+        Ok(())
+    }
+
+    /// Deletes a vhost: its queues and their messages, its exchanges, permissions and
+    /// policies. Its connections close (they watch `Access::subscribe`).
+    pub async fn delete_vhost(&self, name: &str) -> Result<(), BrokerError> {
+        // Out of the map before the change is announced: its connections then find it gone.
+        let removed = self.vhosts.write().remove(name);
+        if let Err(error) = self.access.delete_vhost(name) {
+            if let Some(vhost) = removed {
+                self.vhosts.write().insert(name.to_owned(), vhost);
+            }
+            return Err(error);
+        }
+        if let Some(vhost) = removed {
+            vhost.delete_everything().await;
+            tracing::info!(vhost = name, "vhost deleted");
+        }
+        Ok(())
+    }
+
+    pub fn set_vhost_limits(&self, name: &str, limits: VHostLimits) -> Result<(), BrokerError> {
+        self.access.set_vhost_limits(name, limits)?;
+        if let Some(vhost) = self.vhost(name) {
+            vhost.set_limits(limits.max_connections, limits.max_queues);
+        }
+        Ok(())
+    }
+
+    /// Sets a policy (or operator policy); matching queues and exchanges take it at once.
+    pub async fn set_policy(
+        &self,
+        policy: PolicyRecord,
+        operator: bool,
+    ) -> Result<(), BrokerError> {
+        let vhost = policy.vhost.clone();
+        self.access.set_policy(policy, operator)?;
+        self.reapply_policies(&vhost).await;
+        Ok(())
+    }
+
+    pub async fn clear_policy(
+        &self,
+        vhost: &str,
+        name: &str,
+        operator: bool,
+    ) -> Result<(), BrokerError> {
+        self.access.clear_policy(vhost, name, operator)?;
+        self.reapply_policies(vhost).await;
+        Ok(())
+    }
+
+    async fn reapply_policies(&self, name: &str) {
+        if let Some(vhost) = self.vhost(name) {
+            vhost.set_policies(self.access.policy_set(name)).await;
+        }
+    }
+
+    /// Imports a RabbitMQ definitions document: users, vhosts, permissions, limits and
+    /// policies first, then each vhost's exchanges, queues and bindings. Additive, as
+    /// RabbitMQ's import: what exists and is not in the document stays.
+    pub async fn import_definitions(&self, definitions: &Definitions) -> Result<(), BrokerError> {
+        for vhost in definitions
+            .vhosts
+            .iter()
+            .map(|v| v.name.as_str())
+            .chain(definitions.queues.iter().map(|q| q.vhost.as_str()))
+            .chain(definitions.exchanges.iter().map(|e| e.vhost.as_str()))
+        {
+            if self.vhost(vhost).is_none() && definitions.vhosts.iter().all(|v| v.name != vhost) {
+                return Err(BrokerError::not_found(format!(
+                    "definitions name vhost '{vhost}', which neither exists nor is defined"
+                )));
+            }
+        }
+        for vhost in &definitions.vhosts {
+            check_vhost_name(&vhost.name)?;
+            if self.vhost(&vhost.name).is_none() {
+                self.add_vhost(&vhost.name, vhost.metadata())?;
+            }
+        }
+        self.access.import(definitions)?;
+        for record in self.access.vhost_records() {
+            if let Some(vhost) = self.vhost(&record.name) {
+                vhost.set_limits(record.limits.max_connections, record.limits.max_queues);
+                vhost
+                    .set_policies(self.access.policy_set(&record.name))
+                    .await;
+            }
+        }
+        let vhost = |name: &str| {
+            self.vhost(name)
+                .ok_or_else(|| BrokerError::not_found(format!("no vhost '{name}'")))
+        };
+        for exchange in &definitions.exchanges {
+            vhost(&exchange.vhost)?.declare_exchange(ExchangeDeclare {
+                name: exchange.name.clone(),
+                kind: exchange.kind.clone(),
+                passive: false,
+                durable: exchange.durable,
+                auto_delete: exchange.auto_delete,
+                internal: exchange.internal,
+                arguments: table_from_json(&exchange.arguments),
+            })?;
+        }
+        for queue in &definitions.queues {
+            vhost(&queue.vhost)?.declare_queue(
+                QueueDeclare {
+                    name: queue.name.clone(),
+                    passive: false,
+                    durable: queue.durable,
+                    exclusive: false,
+                    auto_delete: queue.auto_delete,
+                    arguments: table_from_json(&queue.arguments),
+                },
+                0,
+            )?;
+        }
+        for binding in &definitions.bindings {
+            let destination = match binding.destination_type.as_str() {
+                "queue" => Destination::Queue(Arc::from(binding.destination.as_str())),
+                "exchange" => Destination::Exchange(Arc::from(binding.destination.as_str())),
+                other => {
+                    return Err(BrokerError::precondition_failed(format!(
+                        "binding destination_type '{other}': use queue or exchange"
+                    )))
+                }
+            };
+            vhost(&binding.vhost)?.bind(
+                &binding.source,
+                destination,
+                &binding.routing_key,
+                table_from_json(&binding.arguments),
+                0,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Everything durable, as a RabbitMQ definitions document.
+    pub fn export_definitions(&self) -> Definitions {
+        let mut definitions = self.access.export();
+        for vhost in self.vhosts() {
+            let saved = vhost.durable_definitions();
+            let name = vhost.name().to_string();
+            definitions
+                .exchanges
+                .extend(saved.exchanges.into_iter().map(|e| ExchangeJson {
+                    name: e.name.to_string(),
+                    vhost: name.clone(),
+                    kind: e.kind.as_str().into(),
+                    durable: e.durable,
+                    auto_delete: e.auto_delete,
+                    internal: e.internal,
+                    arguments: table_to_json(&e.arguments),
+                }));
+            definitions
+                .queues
+                .extend(saved.queues.into_iter().map(|q| QueueJson {
+                    name: q.name.to_string(),
+                    vhost: name.clone(),
+                    durable: true,
+                    auto_delete: q.auto_delete,
+                    arguments: table_to_json(&q.arguments),
+                }));
+            definitions
+                .bindings
+                .extend(saved.bindings.into_iter().map(|b| {
+                    let (destination, destination_type) = match &b.destination {
+                        Destination::Queue(q) => (q.to_string(), "queue"),
+                        Destination::Exchange(e) => (e.to_string(), "exchange"),
+                    };
+                    BindingJson {
+                        source: b.source.to_string(),
+                        vhost: name.clone(),
+                        destination,
+                        destination_type: destination_type.into(),
+                        routing_key: b.routing_key.to_string(),
+                        arguments: table_to_json(&b.arguments),
+                    }
+                }));
+        }
+        definitions
     }
 
     /// Counts a client connection as open until the returned guard drops.
@@ -175,4 +410,15 @@ impl Broker {
     pub fn set_disk_free_limit(&self, limit: DiskFreeLimit) {
         self.alarms.set_disk_free_limit(limit);
     }
+}
+
+/// Vhost names: not empty, and within the length RabbitMQ's short strings allow.
+fn check_vhost_name(name: &str) -> Result<(), BrokerError> {
+    if name.is_empty() || name.len() > crate::limits::NAME_BYTES_MAX {
+        return Err(BrokerError::precondition_failed(format!(
+            "vhost name '{name}' must be 1 to {} bytes",
+            crate::limits::NAME_BYTES_MAX
+        )));
+    }
+    Ok(())
 }

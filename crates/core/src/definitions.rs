@@ -66,15 +66,29 @@ pub fn load(path: &Path) -> std::io::Result<Option<VHostDefinitions>> {
 
 pub fn save(path: &Path, mut definitions: VHostDefinitions) -> std::io::Result<()> {
     definitions.format_version = FORMAT_VERSION;
+    let bytes = serde_json::to_vec_pretty(&definitions).map_err(std::io::Error::other)?;
+    write_atomically(path, &bytes)
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves the old or the new file: write a
+/// temporary file, fsync, rename, fsync the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
-    let bytes = serde_json::to_vec_pretty(&definitions).map_err(std::io::Error::other)?;
     let tmp = path.with_extension("json.tmp");
     {
         let mut file = fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
+        file.write_all(bytes)?;
         file.sync_all()?;
     }
     fs::rename(&tmp, path)?;
     fs::File::open(dir)?.sync_all()
+}
+
+/// Removes a vhost's definitions file (the vhost was deleted).
+pub fn remove(path: &Path) -> std::io::Result<()> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
 }

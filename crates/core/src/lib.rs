@@ -1,6 +1,7 @@
 //! Warren's protocol-agnostic broker: vhosts, exchanges, bindings, routing and queues.
 //! Protocol connections translate frames into calls on this crate; it never sees a frame.
 
+pub mod access;
 pub mod alarm;
 pub mod binding;
 pub mod broker;
@@ -16,6 +17,11 @@ pub mod routing;
 pub mod value;
 pub mod vhost;
 
-pub use broker::{Broker, User};
+pub use access::{AuthUser, Bootstrap};
+pub use broker::Broker;
 pub use error::{BrokerError, ErrorKind};
 pub use message::Message;
+
+/// The RabbitMQ version whose behaviour Warren matches, written where RabbitMQ writes its own
+/// (definitions exports, the management API).
+pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.10.8";

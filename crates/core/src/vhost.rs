@@ -6,11 +6,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use crate::access::policy::PolicySet;
 use crate::binding::{Binding, Destination};
 use crate::consumer::ConnectionId;
 use crate::definitions::{self, QueueRecord, VHostDefinitions};
@@ -71,6 +73,13 @@ pub struct VHost {
     storage: Option<Storage>,
     /// Credit of each queue's publishers (`StorageConfig::queue_credit`).
     queue_credit: u32,
+    /// The vhost's policies and operator policies (see `set_policies`).
+    policies: ArcSwap<PolicySet>,
+    /// Limits (`max-connections`, `max-queues`), negative for none.
+    max_connections: AtomicI64,
+    max_queues: AtomicI64,
+    /// Client connections open in this vhost now.
+    connections: AtomicUsize,
     this: Weak<VHost>,
 }
 
@@ -83,6 +92,7 @@ impl VHost {
         data_dir: &std::path::Path,
         storage: Option<Storage>,
         queue_credit: u32,
+        policies: PolicySet,
         recovered: &mut warren_store::Recovered,
     ) -> std::io::Result<Arc<VHost>> {
         let vhost = Arc::new_cyclic(|this| VHost {
@@ -92,6 +102,10 @@ impl VHost {
             definitions_path: definitions::path_for(data_dir, name),
             storage,
             queue_credit,
+            policies: ArcSwap::from_pointee(policies),
+            max_connections: AtomicI64::new(-1),
+            max_queues: AtomicI64::new(-1),
+            connections: AtomicUsize::new(0),
             this: this.clone(),
         });
         {
@@ -136,7 +150,7 @@ impl VHost {
                 arguments: record.arguments,
             };
             let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
-            let args = QueueArgs::from_def(&def).unwrap_or_else(|error| {
+            let args = self.effective_args(&def).unwrap_or_else(|error| {
                 tracing::warn!(
                     "{}: {}; its arguments are ignored",
                     def.resource(),
@@ -204,14 +218,39 @@ impl VHost {
     /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are
     /// published in the order of the changes).
     fn publish_snapshot(&self, meta: &Meta) {
-        let snapshot =
-            RoutingSnapshot::build(&self.name, &meta.exchanges, &meta.queues, &meta.bindings);
+        let policies = self.policies.load();
+        let with_policy_ae;
+        let exchanges = if policies.is_empty() {
+            &meta.exchanges
+        } else {
+            // An exchange without its own `alternate-exchange` takes its policy's.
+            with_policy_ae = meta
+                .exchanges
+                .iter()
+                .map(|(name, def)| {
+                    let mut def = def.clone();
+                    if def.alternate_exchange().is_none() {
+                        if let Some(ae) = policies.alternate_exchange(name) {
+                            def.arguments
+                                .insert("alternate-exchange".into(), Value::Str(ae));
+                        }
+                    }
+                    (name.clone(), def)
+                })
+                .collect();
+            &with_policy_ae
+        };
+        let snapshot = RoutingSnapshot::build(&self.name, exchanges, &meta.queues, &meta.bindings);
         self.snapshot.store(Arc::new(snapshot));
     }
 
-    /// Writes the durable definitions. A failure is logged and reported: the change is live
-    /// but would not survive a restart, which the client must learn.
-    fn persist(&self, meta: &Meta) -> Result<(), BrokerError> {
+    /// The durable exchanges, queues and bindings (what survives a restart).
+    pub fn durable_definitions(&self) -> VHostDefinitions {
+        let meta = self.meta.lock();
+        self.saved(&meta)
+    }
+
+    fn saved(&self, meta: &Meta) -> VHostDefinitions {
         let durable_queue = |name: &Arc<str>| {
             meta.queues
                 .get(name)
@@ -251,6 +290,13 @@ impl VHost {
             .collect();
         saved.exchanges.sort_by(|a, b| a.name.cmp(&b.name));
         saved.queues.sort_by(|a, b| a.name.cmp(&b.name));
+        saved
+    }
+
+    /// Writes the durable definitions. A failure is logged and reported: the change is live
+    /// but would not survive a restart, which the client must learn.
+    fn persist(&self, meta: &Meta) -> Result<(), BrokerError> {
+        let saved = self.saved(meta);
         definitions::save(&self.definitions_path, saved).map_err(|error| {
             tracing::error!(vhost = %self.name, %error, "cannot write definitions");
             BrokerError::internal(format!(
@@ -326,5 +372,7 @@ fn compare_arguments(resource: &str, received: &Table, current: &Table) -> Resul
 }
 
 mod exchanges;
+mod policies;
 mod queues;
+pub use policies::VHostConnection;
 pub use queues::generate_name;

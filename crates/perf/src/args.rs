@@ -85,6 +85,12 @@ pub const FLAGS: &[Flag] = &[
         "routing key [the queue name, else a random key]",
     ),
     flag(
+        "K",
+        "random-routing-key",
+        "",
+        "a random routing key for each message (consistent-hash exchanges)",
+    ),
+    flag(
         "f",
         "flag",
         "FLAG",

@@ -73,6 +73,8 @@ pub struct PublisherSetup {
     pub mandatory: bool,
     /// Ask for publisher confirms.
     pub confirm: bool,
+    /// `-K`: a random routing key for each message.
+    pub random_routing_key: bool,
 }
 
 /// What a consumer connection reads.

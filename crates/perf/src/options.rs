@@ -67,6 +67,8 @@ pub struct RunOptions {
     pub exchange: String,
     pub exchange_type: String,
     pub routing_key: Option<String>,
+    /// `-K`: each message gets its own random routing key (as PerfTest, a UUID's length).
+    pub random_routing_key: bool,
     pub persistent: bool,
     pub mandatory: bool,
     /// Most unconfirmed messages per producer channel; `None`: no confirms.
@@ -131,6 +133,7 @@ impl RunOptions {
             exchange: given.value("exchange").unwrap_or("direct").to_owned(),
             exchange_type: given.value("type").unwrap_or("direct").to_owned(),
             routing_key: given.value("routing-key").map(str::to_owned),
+            random_routing_key: given.switch("random-routing-key"),
             persistent,
             mandatory,
             confirm: optional(given, "confirm")?.filter(|n| *n > 0),

@@ -227,6 +227,7 @@ async fn open_producers<D: Driver>(
             persistent: options.persistent,
             mandatory: options.mandatory,
             confirm: options.confirm.is_some(),
+            random_routing_key: options.random_routing_key,
         };
         links.push(driver.open_publisher(setup).await?);
     }

@@ -296,3 +296,30 @@ async fn verify_order_passes_in_order_and_names_the_first_gap() {
     );
     broker.running.shutdown().await;
 }
+
+/// `-K` gives each message its own routing key, so a consistent-hash exchange spreads one
+/// producer's messages over every bound queue (bound with weight `-k 1`), none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_routing_keys_spread_over_a_consistent_hash_exchange() {
+    let broker = Broker::start().await;
+    let args = format!(
+        "-h {} -x 1 -y 0 -e perf-hash -t x-consistent-hash -k 1 -K --queue-pattern h-%d \
+         --queue-pattern-from 1 --queue-pattern-to 4 -C 4000 -c 100 -z 30",
+        broker.uri()
+    );
+    let (report, _) = perf(&args).await;
+    assert_eq!(report.summary.totals.sent, 4000);
+    assert_eq!(report.summary.totals.confirmed, 4000);
+    let vhost = broker.running.broker().vhost("/").unwrap();
+    let mut counts = Vec::new();
+    for n in 1..=4 {
+        let queue = vhost.queue(&format!("h-{n}"), 0).unwrap();
+        counts.push(queue.info().await.unwrap().messages);
+    }
+    assert_eq!(counts.iter().sum::<u32>(), 4000, "{counts:?}");
+    assert!(
+        counts.iter().all(|&c| c > 500),
+        "each of 4 equal-weight queues gets a share: {counts:?}"
+    );
+    broker.running.shutdown().await;
+}

@@ -38,6 +38,10 @@ pub struct Config {
     pub default_vhost: String,
     /// Users that may only connect from a loopback address.
     pub loopback_users: Vec<String>,
+    /// A RabbitMQ definitions file imported at every start, after the data directory's own
+    /// definitions (RabbitMQ's `load_definitions`): users, vhosts, permissions, policies,
+    /// exchanges, queues and bindings.
+    pub load_definitions: Option<PathBuf>,
     /// Log filter, as `RUST_LOG` (`info`, `warren=debug`, ...).
     pub log_level: String,
     /// Memory each classic queue's ready messages may take (their bytes plus per-message
@@ -86,6 +90,7 @@ impl Default for Config {
             default_pass: "guest".into(),
             default_vhost: "/".into(),
             loopback_users: vec!["guest".into()],
+            load_definitions: None,
             log_level: "info".into(),
             queue_memory_budget: 64 * 1024 * 1024,
             store_segment_size: 64 * 1024 * 1024,

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_core::broker::StorageConfig;
-use warren_core::{Broker, User};
+use warren_core::{Bootstrap, Broker};
 
 pub use config::Config;
 use resource_monitor::ResourceMonitor;
@@ -60,18 +60,22 @@ impl RunningBroker {
 
 /// Starts a broker with `config`. Returns once every listener is bound.
 pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
-    let users = vec![User {
-        name: config.default_user.clone(),
-        password: config.default_pass.clone(),
-        loopback_only: config.loopback_users.contains(&config.default_user),
-    }];
+    let bootstrap = Bootstrap {
+        default_user: config.default_user.clone(),
+        default_pass: config.default_pass.clone(),
+        default_vhost: config.default_vhost.clone(),
+        loopback_users: config.loopback_users.clone(),
+    };
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
         queue_credit: config.credit_flow_default_credit,
     };
-    let broker = Broker::open(&config.data_dir, &config.default_vhost, users, storage)
+    let broker = Broker::open(&config.data_dir, &bootstrap, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    if let Some(path) = &config.load_definitions {
+        load_definitions(&broker, path).await?;
+    }
     broker.set_memory_high_watermark(config.memory_high_watermark());
     broker.set_disk_free_limit(config.disk_free_limit);
     let mut monitor = ResourceMonitor::new(broker.clone(), config.data_dir.clone());
@@ -133,4 +137,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
         connections.abort_all();
     }
+}
+
+/// Imports the definitions file named by `load_definitions`.
+async fn load_definitions(broker: &Broker, path: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read(path)
+        .with_context(|| format!("cannot read load_definitions file {}", path.display()))?;
+    let definitions: warren_core::access::format::Definitions = serde_json::from_slice(&text)
+        .with_context(|| {
+            format!(
+                "load_definitions file {} is not a RabbitMQ definitions document",
+                path.display()
+            )
+        })?;
+    broker
+        .import_definitions(&definitions)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "cannot import load_definitions file {}: {}",
+                path.display(),
+                error.text
+            )
+        })?;
+    tracing::info!(path = %path.display(), "imported definitions");
+    Ok(())
 }

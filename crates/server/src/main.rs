@@ -1,5 +1,6 @@
 //! The `warren` command: `warren server` (the default) runs the broker; `warren perf` is the
-//! load generator (PerfTest's flags, see crates/perf).
+//! load generator (PerfTest's flags, see crates/perf); `warren ctl` operates a broker through
+//! the management HTTP API (see crates/ctl).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -28,10 +29,14 @@ enum Command {
     /// Load a broker with PerfTest's flags and output (`warren perf --help` lists them).
     #[command(disable_help_flag = true)]
     Perf(PerfArgs),
+    /// Operate a broker through its management HTTP API (`warren ctl --help` lists commands).
+    #[command(disable_help_flag = true)]
+    Ctl(PerfArgs),
 }
 
 /// Everything after `perf` goes to warren-perf untouched: PerfTest's flags include `-h`
-/// (the URI) and multi-letter single-dash ones (`-qa`), which clap must not read.
+/// (the URI) and multi-letter single-dash ones (`-qa`), which clap must not read. `ctl` passes
+/// its arguments to warren-ctl the same way, which parses them with its own clap command.
 #[derive(clap::Args)]
 struct PerfArgs {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
@@ -59,6 +64,9 @@ fn main() -> ExitCode {
     if let Some(Command::Perf(perf)) = cli.command {
         return warren_perf::main(perf.args);
     }
+    if let Some(Command::Ctl(ctl)) = cli.command {
+        return warren_ctl::main(ctl.args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -71,7 +79,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let args = match cli.command {
         Some(Command::Server(args)) => args,
-        Some(Command::Perf(_)) | None => ServerArgs::default(),
+        Some(Command::Perf(_) | Command::Ctl(_)) | None => ServerArgs::default(),
     };
     let mut config = match &args.config {
         Some(path) => Config::from_file(path)?,

@@ -153,15 +153,9 @@ fn the_connection_future_is_small() {
     socket.set_nonblocking(true).unwrap();
     runtime.block_on(async {
         let socket = tokio::net::TcpStream::from_std(socket).unwrap();
-        let users = vec![warren_core::User {
-            name: "guest".into(),
-            password: "guest".into(),
-            loopback_only: true,
-        }];
         let broker = warren_core::Broker::open(
             data_dir.path(),
-            "/",
-            users,
+            &warren_core::Bootstrap::default(),
             warren_core::broker::StorageConfig {
                 segment_bytes: 1 << 20,
                 queue_memory_budget: 1 << 20,

@@ -264,7 +264,7 @@ pub struct ClassicQueue {
 
 impl ClassicQueue {
     pub fn new(handle: QueueHandle) -> ClassicQueue {
-        let args = handle.args().clone();
+        let args = QueueArgs::clone(&handle.args());
         let levels = usize::from(args.max_priority.unwrap_or(0)) + 1;
         ClassicQueue {
             handle,

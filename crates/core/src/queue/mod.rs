@@ -134,8 +134,9 @@ pub struct QueueHandle(Arc<HandleInner>);
 
 struct HandleInner {
     def: QueueDef,
-    /// The settings the queue was started with (a publisher reads `rejects_publishes`).
-    args: QueueArgs,
+    /// The queue's settings: those it was started with, then what policies made of them
+    /// (a publisher reads `rejects_publishes`).
+    args: arc_swap::ArcSwap<QueueArgs>,
     data: mpsc::Sender<QueueCmd>,
     control: mpsc::Sender<QueueCmd>,
     /// Messages publishers may have on their way into the queue (RabbitMQ's
@@ -185,7 +186,7 @@ impl QueueHandle {
         let credit_max = credit.max(1);
         QueueHandle(Arc::new(HandleInner {
             def,
-            args,
+            args: arc_swap::ArcSwap::from_pointee(args),
             data,
             control,
             credit: Arc::new(Semaphore::new(credit_max as usize)),
@@ -193,8 +194,18 @@ impl QueueHandle {
         }))
     }
 
-    pub fn args(&self) -> &QueueArgs {
-        &self.0.args
+    pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
+        self.0.args.load()
+    }
+
+    /// Applies new settings (a policy changed): publishers see them at once, the queue
+    /// when it takes the command.
+    pub async fn set_args(&self, args: QueueArgs) -> Result<(), BrokerError> {
+        self.0.args.store(Arc::new(args.clone()));
+        self.send(QueueCmd::SetArgs {
+            args: Box::new(args),
+        })
+        .await
     }
 
     /// Sends a data command without waiting: `Err(Some(cmd))` when the mailbox is full,

@@ -41,7 +41,8 @@ impl VHost {
             auto_delete: req.auto_delete,
             arguments: req.arguments,
         };
-        let args = QueueArgs::from_def(&def)?;
+        self.check_queue_limit(meta.queues.len())?;
+        let args = self.effective_args(&def)?;
         let persistent = def.durable && def.exclusive_owner.is_none();
         let handle = self.spawn_queue(def, args, None);
         meta.queues.insert(handle.name().clone(), handle.clone());

@@ -32,7 +32,12 @@ struct Template {
     body_at: usize,
     /// How many body bytes the stamp may cover (the first body frame's length, at most 16).
     stamp_len: usize,
+    /// With `-K`: where in `frames` the routing key's bytes are, rewritten for each message.
+    random_key_at: Option<usize>,
 }
+
+/// The length of PerfTest's random routing keys (`UUID.randomUUID().toString()`).
+const RANDOM_KEY_BYTES: usize = 36;
 
 /// A producer connection with one or more publishing channels.
 pub struct Publisher {
@@ -186,6 +191,11 @@ impl PublisherLink for Publisher {
         let out = &mut self.connection.write_buf;
         let start = out.len();
         out.extend_from_slice(&template.frames);
+        if let Some(key_at) = template.random_key_at {
+            if let Some(key) = out.get_mut(start + key_at..start + key_at + RANDOM_KEY_BYTES) {
+                random_uuid_text(key);
+            }
+        }
         let body_start = start + template.body_at;
         if let Some(head) = out.get_mut(body_start..body_start + template.stamp_len) {
             stamp.write(head);
@@ -259,6 +269,12 @@ pub(super) fn channel_number(index: usize) -> Result<u16, PerfError> {
 /// zeros (the body split so that each frame fits `frame_max`).
 fn template(channel: u16, routing_key: &str, setup: &PublisherSetup, frame_max: u32) -> Template {
     let mut out = BytesMut::new();
+    let placeholder = "k".repeat(RANDOM_KEY_BYTES);
+    let routing_key = if setup.random_routing_key {
+        placeholder.as_str()
+    } else {
+        routing_key
+    };
     let publish = Method::BasicPublish(BasicPublish {
         ticket: 0,
         exchange: ShortStr::from(setup.exchange.as_str()),
@@ -287,9 +303,29 @@ fn template(channel: u16, routing_key: &str, setup: &PublisherSetup, frame_max: 
         stamp_len >= crate::body::STAMP_BYTES,
         "invariant: bodies and frames hold a stamp"
     );
+    // frame header, class and method ids, ticket, exchange (length byte and bytes), then
+    // the routing key's length byte
+    let random_key_at = setup.random_routing_key.then(|| {
+        let at = warren_proto::amqp091::FRAME_HEADER_SIZE + 4 + 2 + 1 + setup.exchange.len() + 1;
+        debug_assert_eq!(&out[at..at + RANDOM_KEY_BYTES], placeholder.as_bytes());
+        at
+    });
     Template {
         frames: out.to_vec(),
         body_at,
         stamp_len,
+        random_key_at,
+    }
+}
+
+/// Writes a random key shaped like a UUID's text (`8-4-4-4-12` hex digits).
+fn random_uuid_text(key: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = if matches!(i, 8 | 13 | 18 | 23) {
+            b'-'
+        } else {
+            HEX[fastrand::usize(..16)]
+        };
     }
 }

@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use warren_core::access::{Perm, ResourceKind};
+
 use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
@@ -206,6 +208,21 @@ impl Connection {
         let fail = |error| Fault::broker(id, error, cause);
         let (nowait, reply) = match method {
             Method::ExchangeDeclare(m) => {
+                if !m.passive {
+                    let name = m.exchange.as_str();
+                    self.check(Perm::Configure, ResourceKind::Exchange, name)
+                        .map_err(fail)?;
+                    if let Some(ae) = m
+                        .arguments
+                        .get("alternate-exchange")
+                        .and_then(|v| v.as_str())
+                    {
+                        self.check(Perm::Write, ResourceKind::Exchange, ae)
+                            .map_err(fail)?;
+                        self.check(Perm::Read, ResourceKind::Exchange, name)
+                            .map_err(fail)?;
+                    }
+                }
                 vhost
                     .declare_exchange(ExchangeDeclare {
                         name: m.exchange.as_str().to_owned(),
@@ -220,6 +237,8 @@ impl Connection {
                 (m.nowait, Method::ExchangeDeclareOk(Default::default()))
             }
             Method::ExchangeDelete(m) => {
+                self.check(Perm::Configure, ResourceKind::Exchange, m.exchange.as_str())
+                    .map_err(fail)?;
                 vhost
                     .delete_exchange(m.exchange.as_str(), m.if_unused)
                     .map_err(fail)?;
@@ -264,6 +283,21 @@ impl Connection {
                 (m.nowait, Method::QueueDeclareOk(ok))
             }
             Method::QueueDeclare(m) => {
+                if !m.passive {
+                    let name = match m.queue.as_str() {
+                        "" => "amq.gen-",
+                        name => name,
+                    };
+                    self.check(Perm::Configure, ResourceKind::Queue, name)
+                        .map_err(fail)?;
+                    let dlx = m.arguments.get("x-dead-letter-exchange");
+                    if let Some(dlx) = dlx.and_then(|v| v.as_str()) {
+                        self.check(Perm::Write, ResourceKind::Exchange, dlx)
+                            .map_err(fail)?;
+                        self.check(Perm::Read, ResourceKind::Queue, name)
+                            .map_err(fail)?;
+                    }
+                }
                 let request = QueueDeclare {
                     name: m.queue.as_str().to_owned(),
                     passive: m.passive,
@@ -304,6 +338,8 @@ impl Connection {
                 (false, Method::QueueUnbindOk(Default::default()))
             }
             Method::QueuePurge(m) => {
+                self.check(Perm::Read, ResourceKind::Queue, m.queue.as_str())
+                    .map_err(fail)?;
                 let message_count = vhost
                     .purge_queue(m.queue.as_str(), self.id)
                     .await
@@ -315,6 +351,8 @@ impl Connection {
             }
             Method::QueueDelete(m) => {
                 let name = m.queue.as_str();
+                self.check(Perm::Configure, ResourceKind::Queue, name)
+                    .map_err(fail)?;
                 let message_count = match vhost
                     .delete_queue(name, m.if_unused, m.if_empty, self.id)
                     .await
@@ -348,6 +386,13 @@ impl Connection {
     ) -> Result<(), warren_core::BrokerError> {
         let vhost = self.vhost();
         let (source, routing_key) = (source.as_str(), routing_key.as_str());
+        let (kind, name) = match &destination {
+            Destination::Queue(name) => (ResourceKind::Queue, name),
+            Destination::Exchange(name) => (ResourceKind::Exchange, name),
+        };
+        self.check(Perm::Write, kind, name)?;
+        self.check(Perm::Read, ResourceKind::Exchange, source)?;
+        self.check_topic(Perm::Read, source, routing_key)?;
         let arguments = table_to_core(arguments);
         if bind {
             vhost.bind(source, destination, routing_key, arguments, self.id)

@@ -19,9 +19,10 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
+use warren_core::access::Grant;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
-use warren_core::vhost::VHost;
+use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
 
@@ -82,7 +83,13 @@ pub struct Connection {
     pub(super) outbox: Arc<Outbox>,
     events: Vec<Event>,
     pub(super) vhost: Option<Arc<VHost>>,
+    /// Counts this connection in its vhost (`max-connections`).
+    pub(super) vhost_connection: Option<VHostConnection>,
     pub(super) user: String,
+    /// What the user may do in the vhost (see `authz.rs`).
+    pub(super) grant: Option<Arc<Grant>>,
+    /// Changes to users, vhosts and permissions.
+    access: watch::Receiver<u64>,
     /// Boxed: a map leaves buckets empty, and an empty bucket costs a pointer this way
     /// rather than a whole `Channel`.
     pub(super) channels: FxHashMap<u16, Box<Channel>>,
@@ -108,6 +115,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         heartbeat: shared.config.heartbeat,
     };
     let throttle = Throttle::new(shared.broker.alarms().subscribe());
+    let access = shared.broker.access().subscribe();
     let mut conn = Connection {
         id,
         shared,
@@ -120,7 +128,10 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         outbox: Outbox::new(),
         events: Vec::new(),
         vhost: None,
+        vhost_connection: None,
         user: String::new(),
+        grant: None,
+        access,
         channels: FxHashMap::default(),
         tuning,
         caps: ClientCaps::default(),
@@ -217,6 +228,7 @@ impl Connection {
                     self.give_back_read_buffer();
                 }
                 () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
+                Ok(()) = self.access.changed() => self.on_access_changed()?,
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => {}
                 _ = tick(&mut ticker) => self.on_tick(heartbeat)?,

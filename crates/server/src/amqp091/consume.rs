@@ -7,6 +7,7 @@
 //! consumer with a prefetch count gets credit back when the client settles deliveries.
 
 use std::sync::Arc;
+use warren_core::access::{Perm, ResourceKind};
 
 use warren_core::consumer::{Consumer, Delivery, Event};
 use warren_core::limits::{
@@ -217,6 +218,8 @@ impl Connection {
         let queue = if queue_name == REPLY_TO_PSEUDO_QUEUE {
             self.reply_to_queue(id, &consume, cause)?
         } else {
+            self.check(Perm::Read, ResourceKind::Queue, queue_name)
+                .map_err(|e| Fault::broker(id, e, cause))?;
             vhost
                 .queue(queue_name, self.id)
                 .map_err(|e| Fault::broker(id, e, cause))?
@@ -348,6 +351,8 @@ impl Connection {
         no_ack: bool,
         cause: Cause,
     ) -> Result<(), Fault> {
+        self.check(Perm::Read, ResourceKind::Queue, queue)
+            .map_err(|e| Fault::broker(id, e, cause))?;
         let vhost = self.vhost();
         let queue = vhost
             .queue(queue, self.id)

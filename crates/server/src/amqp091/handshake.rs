@@ -95,7 +95,9 @@ impl Connection {
         if let Err(text) = self
             .shared
             .broker
+            .access()
             .authenticate(mechanism, &user, &password, loopback)
+            .map(drop)
         {
             tracing::warn!(peer = %self.peer, %user, "authentication failed: {text}");
             if !self.caps.authentication_failure_close {
@@ -169,17 +171,24 @@ impl Connection {
             other => return Err(unexpected("connection.open", &other)),
         };
         let name = open.virtual_host.as_str();
-        let Some(vhost) = self.shared.broker.vhost(name) else {
-            return Err(Fault::connection(
-                reply_code::NOT_ALLOWED,
-                format!("vhost {name} not found"),
-                Cause {
-                    class_id: 10,
-                    method_id: 40,
-                },
-            ));
-        };
-        self.vhost = Some(vhost);
+        let (connection, grant) = self
+            .shared
+            .broker
+            .enter_vhost(&self.user, name)
+            .map_err(|error| {
+                tracing::warn!(peer = %self.peer, user = %self.user, vhost = name, "connection.open refused: {}", error.text);
+                Fault::connection(
+                    reply_code::NOT_ALLOWED,
+                    error.text,
+                    Cause {
+                        class_id: 10,
+                        method_id: 40,
+                    },
+                )
+            })?;
+        self.vhost = Some(connection.vhost().clone());
+        self.vhost_connection = Some(connection);
+        self.grant = Some(grant);
         self.out
             .method(0, &Method::ConnectionOpenOk(ConnectionOpenOk::default()));
         self.flush().await?;

@@ -1,6 +1,7 @@
 //! AMQP 0.9.1: one task per connection (see `connection.rs` for the turn it runs).
 
 mod annotations;
+mod authz;
 mod channel;
 mod connection;
 mod consume;

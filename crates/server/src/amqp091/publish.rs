@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use warren_core::access::{Perm, ResourceKind};
+
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
@@ -103,6 +105,10 @@ impl Connection {
                 PUBLISH_CAUSE,
             ));
         }
+        let exchange = publish.exchange.as_str();
+        self.check(Perm::Write, ResourceKind::Exchange, exchange)
+            .and_then(|()| self.check_topic(Perm::Write, exchange, publish.routing_key.as_str()))
+            .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))?;
         let channel = self
             .channels
             .get_mut(&id)

@@ -17,9 +17,10 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
+use warren_core::access::{Grant, Perm, ResourceKind};
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
-use warren_core::vhost::VHost;
+use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp10::condition;
 use warren_proto::amqp10::frame::{AMQP_HEADER, MIN_MAX_FRAME_SIZE, SASL_HEADER};
@@ -103,6 +104,10 @@ pub struct Connection {
     pub(super) outbox: Arc<Outbox>,
     events: Vec<Event>,
     pub(super) vhost: Option<Arc<VHost>>,
+    /// Counts this connection against the vhost's limits while it is open.
+    vhost_connection: Option<VHostConnection>,
+    /// The user's permissions in the vhost.
+    grant: Option<Arc<Grant>>,
     pub(super) user: String,
     /// Largest frame we accept (what we sent in open).
     max_frame_size: u32,
@@ -145,6 +150,8 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         outbox: Outbox::new(),
         events: Vec::new(),
         vhost: None,
+        vhost_connection: None,
+        grant: None,
         user: String::new(),
         max_frame_size,
         peer_max_frame_size: u32::MAX,
@@ -270,8 +277,9 @@ impl Connection {
                 Some((user, password)) => self
                     .shared
                     .broker
+                    .access()
                     .authenticate("PLAIN", &user, &password, loopback)
-                    .map(|()| user),
+                    .map(|_| user),
                 None => Err("malformed PLAIN response".into()),
             },
             "ANONYMOUS" if loopback => Ok(self.shared.config.default_user.clone()),
@@ -340,13 +348,22 @@ impl Connection {
             Some(name) => name.to_owned(),
             None => self.shared.config.default_vhost.clone(),
         };
-        let Some(vhost) = self.shared.broker.vhost(&name) else {
-            return Err(Fault::close(
-                condition::NOT_FOUND,
-                format!("virtual host '{name}' does not exist"),
-            ));
-        };
-        self.vhost = Some(vhost);
+        let (connection, grant) = self
+            .shared
+            .broker
+            .enter_vhost(&self.user, &name)
+            .map_err(|error| {
+                tracing::warn!(peer = %self.peer, user = %self.user, vhost = %name, "AMQP 1.0 open refused: {}", error.text);
+                let condition = if self.shared.broker.vhost(&name).is_none() {
+                    condition::NOT_FOUND
+                } else {
+                    condition::UNAUTHORIZED_ACCESS
+                };
+                Fault::close(condition, error.text)
+            })?;
+        self.vhost = Some(connection.vhost().clone());
+        self.vhost_connection = Some(connection);
+        self.grant = Some(grant);
         self.flush().await?;
         tracing::debug!(connection = self.id, peer = %self.peer, user = %self.user, vhost = %name, container = %open.container_id, "AMQP 1.0 connection open");
         Ok(())
@@ -584,6 +601,30 @@ impl Connection {
             error,
         };
         self.out.frame(channel, &Performative::Detach(detach));
+    }
+
+    /// Checks the user's permission on a resource of the vhost.
+    pub(super) fn check(
+        &self,
+        perm: Perm,
+        kind: ResourceKind,
+        name: &str,
+    ) -> Result<(), AmqpError> {
+        self.permit(perm, kind, name).map_err(broker_error)
+    }
+
+    /// `check` with core's error (the management node answers with a status code).
+    pub(super) fn permit(
+        &self,
+        perm: Perm,
+        kind: ResourceKind,
+        name: &str,
+    ) -> Result<(), BrokerError> {
+        let grant = self
+            .grant
+            .as_deref()
+            .expect("invariant: links exist only after open");
+        grant.check(perm, kind, name)
     }
 
     /// Whether a memory or disk alarm is in effect (publishers get no new link credit).

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::{Consumer, ConsumerId, Delivery};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_proto::amqp10::{
@@ -105,6 +106,8 @@ impl Connection {
             Some(text) => match address::parse(text) {
                 Err(text) => return Err(AmqpError::new(condition::INVALID_FIELD, text)),
                 Ok(Address::Queue(queue)) => {
+                    // Through the default exchange, as RabbitMQ: write on amq.default.
+                    self.check(Perm::Write, ResourceKind::Exchange, "")?;
                     self.vhost().queue(&queue, self.id).map_err(broker_error)?;
                     LinkTarget::Queue(queue)
                 }
@@ -112,6 +115,7 @@ impl Connection {
                     exchange,
                     routing_key,
                 }) => {
+                    self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                     self.check_exchange(&exchange)?;
                     LinkTarget::Exchange {
                         exchange,
@@ -264,6 +268,7 @@ impl Connection {
                 ))
             }
         };
+        self.check(Perm::Read, ResourceKind::Queue, &queue_name)?;
         let queue = self
             .vhost()
             .queue(&queue_name, self.id)

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use warren_core::access::{Perm, ResourceKind};
 use warren_core::binding::Destination;
 use warren_core::value::{Table, Value as CoreValue};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare};
@@ -75,10 +76,14 @@ impl Connection {
             ("PUT", ["queues", queue]) => self.declare_queue(queue, &body).await,
             ("GET", ["queues", queue]) => self.queue_info(queue).await,
             ("DELETE", ["queues", queue]) => {
-                let count = self
-                    .vhost()
-                    .delete_queue(queue, false, false, self.id)
-                    .await;
+                let count = match self.permit(Perm::Configure, ResourceKind::Queue, queue) {
+                    Ok(()) => {
+                        self.vhost()
+                            .delete_queue(queue, false, false, self.id)
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
                 count.map(|n| {
                     (
                         200,
@@ -87,7 +92,10 @@ impl Connection {
                 })
             }
             ("DELETE", ["queues", queue, "messages"]) => {
-                let count = self.vhost().purge_queue(queue, self.id).await;
+                let count = match self.permit(Perm::Read, ResourceKind::Queue, queue) {
+                    Ok(()) => self.vhost().purge_queue(queue, self.id).await,
+                    Err(error) => Err(error),
+                };
                 count.map(|n| {
                     (
                         200,
@@ -97,8 +105,8 @@ impl Connection {
             }
             ("PUT", ["exchanges", exchange]) => self.declare_exchange(exchange, &body),
             ("DELETE", ["exchanges", exchange]) => self
-                .vhost()
-                .delete_exchange(exchange, false)
+                .permit(Perm::Configure, ResourceKind::Exchange, exchange)
+                .and_then(|()| self.vhost().delete_exchange(exchange, false))
                 .map(|()| (204, Value::Null)),
             ("POST", ["bindings"]) => self.bind(&body),
             ("DELETE", ["bindings", spec]) => self.unbind(spec),
@@ -125,6 +133,7 @@ impl Connection {
                 .unwrap_or(false),
             arguments: field(body, "arguments").map(table).unwrap_or_default(),
         };
+        self.permit(Perm::Configure, ResourceKind::Queue, name)?;
         self.vhost().declare_queue(request, self.id)?;
         self.queue_info(name).await
     }
@@ -167,6 +176,7 @@ impl Connection {
                 .unwrap_or(false),
             arguments: field(body, "arguments").map(table).unwrap_or_default(),
         };
+        self.permit(Perm::Configure, ResourceKind::Exchange, name)?;
         self.vhost().declare_exchange(request)?;
         Ok((204, Value::Null))
     }
@@ -186,6 +196,7 @@ impl Connection {
         };
         let key = text("binding_key").unwrap_or_default();
         let arguments = field(body, "arguments").map(table).unwrap_or_default();
+        self.permit_binding(&source, &destination)?;
         self.vhost()
             .bind(&source, destination, &key, arguments, self.id)?;
         Ok((204, Value::Null))
@@ -213,9 +224,22 @@ impl Connection {
                 "a binding path needs dstq or dste",
             ));
         };
+        self.permit_binding(&source, &destination)?;
         self.vhost()
             .unbind(&source, destination, &key, Table::default(), self.id)?;
         Ok((204, Value::Null))
+    }
+}
+
+impl Connection {
+    /// As AMQP 0.9.1's queue.bind: write on the destination, read on the source.
+    fn permit_binding(&self, source: &str, destination: &Destination) -> Result<(), BrokerError> {
+        let (kind, name) = match destination {
+            Destination::Queue(name) => (ResourceKind::Queue, name),
+            Destination::Exchange(name) => (ResourceKind::Exchange, name),
+        };
+        self.permit(Perm::Write, kind, name)?;
+        self.permit(Perm::Read, ResourceKind::Exchange, source)
     }
 }
 

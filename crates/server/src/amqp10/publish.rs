@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::{FxHashMap, FxHashSet};
+use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
@@ -299,11 +300,15 @@ impl Connection {
                     ));
                 };
                 match address::parse(to) {
-                    Ok(Address::Queue(queue)) => Ok((String::new(), queue)),
+                    Ok(Address::Queue(queue)) => {
+                        self.check(Perm::Write, ResourceKind::Exchange, "")?;
+                        Ok((String::new(), queue))
+                    }
                     Ok(Address::Exchange {
                         exchange,
                         routing_key,
                     }) => {
+                        self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                         self.check_exchange(&exchange)?;
                         Ok((exchange, routing_key))
                     }

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Routing features against RabbitMQ, in one run (issue 6, point 5; the seed "Feature
+# complete" benchmarks): for each broker, RabbitMQ first,
+#   types     1 publisher -> 1 queue -> 1 autoack consumer through each exchange type:
+#             default, direct, fanout, topic, headers (as fast as the publisher goes)
+#   fanout    1 publisher at 1,000 msg/s into a fanout exchange with 10, 50, 100 and 200
+#             queues, a consumer on each: the receive rate should be 1,000 x queues
+#   hash      a consistent-hash exchange (-t x-consistent-hash, each queue bound with
+#             weight 1, a random routing key per message: warren perf -K) over 1, 2, 4, 8
+#             and 16 queues with a consumer each, 1 and 10 publishers with confirms (-c 100)
+#
+#   bench/features.sh [--seconds N] [--only types|fanout|hash] [--out-dir DIR]
+#
+# The load generator is `warren perf` (PerfTest's flags). RabbitMQ is Debian's
+# rabbitmq-server with rabbitmq_consistent_hash_exchange enabled, a private node on a free
+# port (bench/brokers.sh); Warren is the release build. Per run it records the sending and
+# receiving averages, consumer latency p50/p99 and the broker's CPU per received message.
+#
+# Writes into --out-dir (default bench/results), with STAMP the start time:
+#   features-STAMP.txt     every run's figures, then the tables with Warren/RabbitMQ ratios
+#   features-STAMP.csv     broker,scenario,queues,publishers,sent_rate,recv_rate,p50_us,
+#                          p99_us,cpu_us_per_msg
+#   features-STAMP-fanout.png  receive rate against queues, one line per broker
+#   features-STAMP-hash.png    publish rate against queues, one line per broker and
+#                              publisher count
+# Every process it starts is stopped on every exit path; each run is bounded by -z.
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly REPO_ROOT
+# shellcheck source=bench/brokers.sh
+source "$REPO_ROOT/bench/brokers.sh"
+readonly FANOUT_QUEUES=(10 50 100 200)
+readonly HASH_QUEUES=(1 2 4 8 16)
+readonly HASH_PUBLISHERS=(1 10)
+readonly FANOUT_RATE=1000
+readonly RUN_GRACE_S=60 # a run may take this long beyond its -z before it is killed
+
+seconds=15
+only=""
+out_dir="$REPO_ROOT/bench/results"
+work_dir=""
+summary=""
+csv=""
+perf=""
+
+main() {
+  parse_args "$@"
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  work_dir="$(mktemp -d -t warren-features.XXXXXX)"
+  mkdir -p "$out_dir"
+  local stamp
+  stamp="$(date +%Y-%m-%d-%H%M%S)"
+  summary="$out_dir/features-$stamp.txt"
+  csv="$out_dir/features-$stamp.csv"
+  say "features: ${seconds}s per run; $(date -Is); $(nproc) cores"
+  perf="$(warren_binary)"
+  if [[ ! -x "$perf" ]]; then
+    (cd "$REPO_ROOT" && cargo build --release) || exit 1
+  fi
+  echo "broker,scenario,queues,publishers,sent_rate,recv_rate,p50_us,p99_us,cpu_us_per_msg" \
+    >"$csv"
+  export RABBITMQ_BENCH_PLUGINS=rabbitmq_consistent_hash_exchange
+  start_rabbitmq || exit 1
+  say "rabbitmq $rabbit_version"
+  scenarios rabbitmq "amqp://guest:guest@127.0.0.1:$rabbit_port/%2f" "$rabbit_beam_pid"
+  stop_rabbitmq
+  start_warren || exit 1
+  scenarios warren "amqp://guest:guest@127.0.0.1:$warren_port/%2f" "$warren_pid"
+  stop_warren
+  python3 "$REPO_ROOT/bench/features_report.py" "$csv" | tee -a "$summary"
+  charts "$stamp"
+  say "features: figures in $summary, rows in $csv"
+}
+
+parse_args() {
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --seconds) seconds="$2"; shift 2 ;;
+      --only) only="$2"; shift 2 ;;
+      --out-dir) out_dir="$2"; shift 2 ;;
+      -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      *) echo "features: unknown argument $1 (see --help)"; exit 2 ;;
+    esac
+  done
+}
+
+# scenarios BROKER URI PID
+scenarios() {
+  local broker="$1" uri="$2" pid="$3" type queues publishers
+  if [[ -z "$only" || "$only" == types ]]; then
+    for type in default direct fanout topic headers; do
+      # through the default exchange the routing key is the queue's name
+      local exchange=(-e "features-$type" -t "$type" -k "features.$type")
+      [[ "$type" != default ]] || exchange=(-e "")
+      run "$broker" "$pid" "type-$type" 1 1 -h "$uri" -x 1 -y 1 "${exchange[@]}" \
+        -u "features-$type-q" -a
+    done
+  fi
+  if [[ -z "$only" || "$only" == fanout ]]; then
+    for queues in "${FANOUT_QUEUES[@]}"; do
+      run "$broker" "$pid" fanout "$queues" 1 -h "$uri" -x 1 -y "$queues" \
+        -e "features-fanout-$queues" -t fanout -r "$FANOUT_RATE" -a
+    done
+  fi
+  if [[ -z "$only" || "$only" == hash ]]; then
+    for publishers in "${HASH_PUBLISHERS[@]}"; do
+      for queues in "${HASH_QUEUES[@]}"; do
+        run "$broker" "$pid" hash "$queues" "$publishers" -h "$uri" -x "$publishers" \
+          -y "$queues" -e "features-hash-$queues-$publishers" -t x-consistent-hash -k 1 -K \
+          --queue-pattern "features-hash-$queues-$publishers-%d" --queue-pattern-from 1 \
+          --queue-pattern-to "$queues" -c 100 -a
+      done
+    done
+  fi
+}
+
+# run BROKER PID SCENARIO QUEUES PUBLISHERS PERF_ARGS...: one bounded warren perf run; its
+# summary, with the broker's CPU per received message, becomes a CSV row.
+run() {
+  local broker="$1" pid="$2" scenario="$3" queues="$4" publishers="$5"
+  shift 5
+  local json="$work_dir/run.json" before after
+  say "== $broker $scenario queues=$queues publishers=$publishers: warren perf $*"
+  before="$(cpu_ticks "$pid")"
+  if ! timeout --kill-after=5 $((seconds + RUN_GRACE_S)) "$perf" perf "$@" -z "$seconds" \
+      --json "$json" >"$work_dir/run.log" 2>&1; then
+    say "   run failed; last lines:"
+    tail -n 5 "$work_dir/run.log" | tee -a "$summary"
+    echo "$broker,$scenario,$queues,$publishers,,,,," >>"$csv"
+    return 0
+  fi
+  after="$(cpu_ticks "$pid")"
+  python3 - "$json" "$broker" "$scenario" "$queues" "$publishers" \
+    "$((after - before))" "$(getconf CLK_TCK)" >>"$csv" <<'PY'
+import json, sys
+path, broker, scenario, queues, publishers, ticks, hz = sys.argv[1:]
+s = json.load(open(path))["summary"]
+received = s["totals"]["received"]
+cpu_us = int(ticks) / int(hz) * 1e6 / received if received else 0
+lat = s["consumer_latency_us"]
+print(f"{broker},{scenario},{queues},{publishers},{s['sending_rate_avg']},"
+      f"{s['receiving_rate_avg']},{lat['median']},{lat['p99']},{cpu_us:.2f}")
+PY
+  say "   $(tail -n 1 "$csv")"
+}
+
+charts() {
+  local stamp="$1"
+  chart_tools features "$csv" || return 0
+  local fanout="$work_dir/fanout.csv" hash="$work_dir/hash.csv"
+  python3 - "$csv" "$fanout" "$hash" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+with open(sys.argv[2], "w") as f:
+    f.write("queues,recv_rate,broker\n")
+    for r in rows:
+        if r["scenario"] == "fanout" and r["recv_rate"]:
+            f.write(f"{r['queues']},{r['recv_rate']},{r['broker']}\n")
+with open(sys.argv[3], "w") as f:
+    f.write("queues,sent_rate,series\n")
+    for r in rows:
+        if r["scenario"] == "hash" and r["sent_rate"]:
+            f.write(f"{r['queues']},{r['sent_rate']},{r['broker']} {r['publishers']} pub\n")
+PY
+  "$plot" --csv "$fanout" --x queues --y recv_rate --series broker \
+    --title "Fanout at $FANOUT_RATE msg/s: messages received per second" \
+    --x-label "queues (a consumer each)" --y-label "msg/s received" \
+    --out "$out_dir/features-$stamp-fanout.png" || true
+  "$plot" --csv "$hash" --x queues --y sent_rate --series series \
+    --title "Consistent-hash exchange, confirms: messages published per second" \
+    --x-label "queues" --y-label "msg/s published" \
+    --out "$out_dir/features-$stamp-hash.png" || true
+}
+
+cleanup() {
+  stop_warren || true
+  stop_rabbitmq || true
+  [[ -z "$work_dir" ]] || rm -rf "$work_dir"
+}
+
+main "$@"

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Tables of bench/features.sh's CSV: each scenario's figures per broker and Warren's ratio
+to RabbitMQ (rates: Warren / RabbitMQ, higher is better; latency and CPU: lower is better).
+
+    python3 bench/features_report.py features-STAMP.csv
+"""
+import csv
+import sys
+
+
+def number(text):
+    return float(text) if text else None
+
+
+def ratio(warren, rabbit):
+    if warren is None or rabbit is None or rabbit == 0:
+        return "n/a"
+    return f"{warren / rabbit:.2f}"
+
+
+def main(path):
+    rows = list(csv.DictReader(open(path)))
+    by_key = {}
+    for row in rows:
+        key = (row["scenario"], int(row["queues"]), int(row["publishers"]))
+        by_key.setdefault(key, {})[row["broker"]] = row
+    sections = [
+        ("Exchange types: 1 publisher -> 1 queue, autoack", lambda k: k[0].startswith("type-")),
+        ("Fanout at 1,000 msg/s to N queues (expected receive rate 1,000 x N)",
+         lambda k: k[0] == "fanout"),
+        ("Consistent-hash exchange, confirms (-c 100)", lambda k: k[0] == "hash"),
+    ]
+    for title, keep in sections:
+        print(f"\n### {title}\n")
+        print("| scenario | queues | publishers | RabbitMQ sent/s | Warren sent/s | ratio "
+              "| RabbitMQ recv/s | Warren recv/s | ratio | p99 µs RabbitMQ / Warren "
+              "| CPU µs/msg RabbitMQ / Warren |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for key in sorted(k for k in by_key if keep(k)):
+            pair = by_key[key]
+            r, w = pair.get("rabbitmq", {}), pair.get("warren", {})
+            get = lambda row, col: number(row.get(col, ""))
+            print(f"| {key[0]} | {key[1]} | {key[2]} "
+                  f"| {get(r, 'sent_rate') or 'failed'} | {get(w, 'sent_rate') or 'failed'} "
+                  f"| {ratio(get(w, 'sent_rate'), get(r, 'sent_rate'))} "
+                  f"| {get(r, 'recv_rate') or 'failed'} | {get(w, 'recv_rate') or 'failed'} "
+                  f"| {ratio(get(w, 'recv_rate'), get(r, 'recv_rate'))} "
+                  f"| {r.get('p99_us', '')} / {w.get('p99_us', '')} "
+                  f"| {r.get('cpu_us_per_msg', '')} / {w.get('cpu_us_per_msg', '')} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

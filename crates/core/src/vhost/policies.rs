@@ -1,0 +1,130 @@
+//! What the broker-wide definitions set on a vhost: policies (applied to new and existing
+//! queues and exchanges), limits, the count of open connections, and deletion.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+/// Counts one client connection in its vhost until dropped (`VHost::open_connection`).
+pub struct VHostConnection(Arc<VHost>);
+
+impl Drop for VHostConnection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl VHostConnection {
+    pub fn vhost(&self) -> &Arc<VHost> {
+        &self.0
+    }
+}
+
+impl VHost {
+    /// A queue's settings from its declared arguments and the policies that match it.
+    pub(super) fn effective_args(&self, def: &QueueDef) -> Result<QueueArgs, BrokerError> {
+        let policies = self.policies.load();
+        if policies.is_empty() {
+            return QueueArgs::from_def(def);
+        }
+        let effective = policies.queue_arguments(&def.name, &def.arguments);
+        let merged = QueueDef {
+            arguments: effective.arguments,
+            ..def.clone()
+        };
+        QueueArgs::from_def(&merged)
+    }
+
+    /// The policy and operator policy that apply to a queue (the HTTP API shows them).
+    pub fn queue_policies(&self, name: &str) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let effective = self.policies.load().queue_arguments(name, &Table::new());
+        (effective.policy, effective.operator_policy)
+    }
+
+    /// Installs new policies: every queue whose settings change gets them at once, and
+    /// exchanges' alternate exchanges follow.
+    pub async fn set_policies(&self, policies: PolicySet) {
+        self.policies.store(Arc::new(policies));
+        let queues: Vec<QueueHandle> = {
+            let meta = self.meta.lock();
+            self.publish_snapshot(&meta);
+            meta.queues.values().cloned().collect()
+        };
+        for queue in queues {
+            let args = match self.effective_args(queue.def()) {
+                Ok(args) => args,
+                Err(error) => {
+                    tracing::warn!(
+                        "{}: policy not applied: {}",
+                        queue.def().resource(),
+                        error.text
+                    );
+                    continue;
+                }
+            };
+            if **queue.args() != args {
+                let _ = queue.set_args(args).await;
+            }
+        }
+    }
+
+    /// Sets the vhost's limits (`None` = unlimited).
+    pub fn set_limits(&self, max_connections: Option<i64>, max_queues: Option<i64>) {
+        self.max_connections
+            .store(max_connections.unwrap_or(-1), Ordering::Relaxed);
+        self.max_queues
+            .store(max_queues.unwrap_or(-1), Ordering::Relaxed);
+    }
+
+    pub(super) fn check_queue_limit(&self, queues: usize) -> Result<(), BrokerError> {
+        let max = self.max_queues.load(Ordering::Relaxed);
+        if max >= 0 && queues as i64 >= max {
+            return Err(BrokerError::precondition_failed(format!(
+                "cannot declare queue in vhost '{}': queue limit in vhost ({max}) is reached",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts a new connection, unless the vhost's `max-connections` is reached.
+    pub fn open_connection(self: &Arc<Self>) -> Result<VHostConnection, BrokerError> {
+        let max = self.max_connections.load(Ordering::Relaxed);
+        let count = self.connections.fetch_add(1, Ordering::Relaxed);
+        let guard = VHostConnection(self.clone());
+        if max >= 0 && count as i64 >= max {
+            return Err(BrokerError::new(
+                crate::error::ErrorKind::NotAllowed,
+                format!(
+                    "access to vhost '{}' refused: connection limit ({max}) is reached",
+                    self.name
+                ),
+            ));
+        }
+        Ok(guard)
+    }
+
+    /// Connections open in this vhost.
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Deletes every queue (with its messages) and the vhost's definitions file: the vhost
+    /// was deleted.
+    pub async fn delete_everything(&self) {
+        let queues: Vec<QueueHandle> = self.meta.lock().queues.values().cloned().collect();
+        for queue in queues {
+            let _ = queue
+                .request(|reply| QueueCmd::Delete {
+                    if_unused: false,
+                    if_empty: false,
+                    reply,
+                })
+                .await;
+            self.forget_queue(queue.name());
+        }
+        if let Err(error) = definitions::remove(&self.definitions_path) {
+            tracing::warn!(vhost = %self.name, %error, "cannot remove the definitions file");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Permission checks: each AMQP 0.9.1 operation checks what RabbitMQ's access-control table
+//! says (configure/write/read on a queue or exchange, topic permissions on topic exchanges'
+//! routing keys) against the connection's grant. A refusal is a 403 ACCESS_REFUSED naming
+//! the permission, the resource and the user.
+
+use std::sync::Arc;
+
+use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
+use warren_core::exchange::ExchangeType;
+use warren_core::BrokerError;
+
+use super::connection::Connection;
+use warren_proto::amqp091::reply_code;
+
+use super::fault::{Cause, Fault};
+
+impl Connection {
+    fn grant_ref(&self) -> &Grant {
+        self.grant
+            .as_deref()
+            .expect("invariant: channels exist only after connection.open")
+    }
+
+    /// Checks one permission on one resource of the connection's vhost.
+    pub(super) fn check(
+        &self,
+        perm: Perm,
+        kind: ResourceKind,
+        name: &str,
+    ) -> Result<(), BrokerError> {
+        self.grant_ref().check(perm, kind, name)
+    }
+
+    /// Checks a routing key against topic permissions when `exchange` is a topic exchange.
+    pub(super) fn check_topic(
+        &self,
+        perm: Perm,
+        exchange: &str,
+        routing_key: &str,
+    ) -> Result<(), BrokerError> {
+        let grant = self.grant_ref();
+        if !grant.has_topic_permissions() {
+            return Ok(());
+        }
+        let vhost = self.vhost();
+        let snapshot = vhost.snapshot();
+        match snapshot.exchange(exchange) {
+            Some(def) if def.kind == ExchangeType::Topic => {
+                grant.check_topic(perm, exchange, routing_key)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The broker-wide definitions changed: a deleted user or vhost ends the connection;
+    /// otherwise the grant is refreshed (cleared permissions refuse everything from now on,
+    /// as RabbitMQ's permission cache does once it expires).
+    pub(super) fn on_access_changed(&mut self) -> Result<(), Fault> {
+        let broker = &self.shared.broker;
+        let vhost = self.vhost();
+        let forced = |text: String| {
+            Err(Fault::connection(
+                reply_code::CONNECTION_FORCED,
+                text,
+                Cause::default(),
+            ))
+        };
+        if !broker.access().user_exists(&self.user) {
+            return forced(format!("user '{}' is deleted", self.user));
+        }
+        if !broker
+            .vhost(vhost.name())
+            .is_some_and(|current| Arc::ptr_eq(&current, &vhost))
+        {
+            return forced(format!("vhost '{}' is deleted", vhost.name()));
+        }
+        let grant = broker
+            .access()
+            .grant(&self.user, vhost.name())
+            .unwrap_or_else(|| {
+                Arc::new(Grant {
+                    user: Arc::from(self.user.as_str()),
+                    vhost: vhost.name().clone(),
+                    configure: Pattern::Nothing,
+                    write: Pattern::Nothing,
+                    read: Pattern::Nothing,
+                    topics: Vec::new(),
+                })
+            });
+        self.grant = Some(grant);
+        Ok(())
+    }
+}
