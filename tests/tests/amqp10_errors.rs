@@ -309,3 +309,38 @@ async fn links_need_permissions() {
     let receiver = bounded!(Receiver::attach(&mut session, "r", address.as_str()));
     assert!(receiver.is_ok(), "read is allowed: {:?}", receiver.err());
 }
+
+/// Revoked permissions apply to open links; a deleted user's connection is closed.
+#[tokio::test]
+async fn revoked_permissions_and_deleted_users_apply_at_once() {
+    use fe2o3_amqp::types::messaging::Outcome;
+    use warren_core::access::format::PermissionDef;
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("creates a user") {
+        return;
+    }
+    let access = broker.core().access();
+    access
+        .put_user("temp", Some("pw"), None, Vec::new())
+        .unwrap();
+    let everything = PermissionDef {
+        user: "temp".into(),
+        vhost: "/".into(),
+        configure: ".*".into(),
+        write: ".*".into(),
+        read: ".*".into(),
+    };
+    access.set_permissions(everything).unwrap();
+    let url = format!("amqp://temp:pw@{}", broker.addr());
+    let mut connection = bounded!(Connection::open("temp", url.as_str())).unwrap();
+    let mut session = bounded!(fe2o3_amqp::Session::begin(&mut connection)).unwrap();
+    let mut sender = bounded!(Sender::attach(&mut session, "s", "/exchanges/amq.fanout")).unwrap();
+    assert!(bounded!(sender.send("allowed")).unwrap().is_released());
+    access.clear_permissions("temp", "/").unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let outcome = bounded!(sender.send("revoked")).unwrap();
+    assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
+    access.delete_user("temp").unwrap();
+    let closed = bounded!(connection.on_close());
+    assert!(format!("{closed:?}").contains("deleted"), "{closed:?}");
+}

@@ -17,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
-use warren_core::access::{Grant, Perm, ResourceKind};
+use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
 use warren_core::vhost::{VHost, VHostConnection};
@@ -124,6 +124,8 @@ pub struct Connection {
     pub(super) pending: Pending,
     /// Memory and disk alarms: while one is in effect, publishing links get no new credit.
     alarms: watch::Receiver<AlarmSet>,
+    /// Changes to users, vhosts and permissions.
+    access: watch::Receiver<u64>,
     last_read: Instant,
     last_write: Instant,
     closed_by_client: bool,
@@ -138,6 +140,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let channel_max = shared.config.channel_max;
     let idle_timeout = Duration::from_secs(u64::from(shared.config.heartbeat));
     let alarms = shared.broker.alarms().subscribe();
+    let access = shared.broker.access().subscribe();
     let mut conn = Connection {
         id,
         shared,
@@ -162,6 +165,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         consumers: FxHashMap::default(),
         pending: Pending::default(),
         alarms,
+        access,
         last_read: Instant::now(),
         last_write: Instant::now(),
         closed_by_client: false,
@@ -407,6 +411,7 @@ impl Connection {
                 () = outbox.notified() => {}
                 // Credit withheld during an alarm is granted once it clears.
                 Ok(()) = self.alarms.changed() => self.after_read(),
+                Ok(()) = self.access.changed() => self.on_access_changed()?,
                 _ = tick(&mut ticker) => self.on_tick()?,
                 _ = shutdown.changed() => {
                     return Err(Fault::close(
@@ -601,6 +606,34 @@ impl Connection {
             error,
         };
         self.out.frame(channel, &Performative::Detach(detach));
+    }
+
+    /// Users, vhosts or permissions changed: a deleted user or vhost closes the connection
+    /// (as RabbitMQ and AMQP 0.9.1 do); new permissions apply to what comes next.
+    fn on_access_changed(&mut self) -> Result<(), Fault> {
+        let broker = &self.shared.broker;
+        let vhost = self.vhost();
+        if !broker.access().user_exists(&self.user) {
+            let text = format!("user '{}' is deleted", self.user);
+            return Err(Fault::close(condition::CONNECTION_FORCED, text));
+        }
+        let current = broker.vhost(vhost.name());
+        if !current.is_some_and(|current| Arc::ptr_eq(&current, &vhost)) {
+            let text = format!("vhost '{}' is deleted", vhost.name());
+            return Err(Fault::close(condition::CONNECTION_FORCED, text));
+        }
+        let grant = broker.access().grant(&self.user, vhost.name());
+        self.grant = Some(grant.unwrap_or_else(|| {
+            Arc::new(Grant {
+                user: Arc::from(self.user.as_str()),
+                vhost: vhost.name().clone(),
+                configure: Pattern::Nothing,
+                write: Pattern::Nothing,
+                read: Pattern::Nothing,
+                topics: Vec::new(),
+            })
+        }));
+        Ok(())
     }
 
     /// Checks the user's permission on a resource of the vhost.

@@ -282,11 +282,18 @@ impl Connection {
         sections: &Sections,
     ) -> Result<(String, String), AmqpError> {
         match target {
+            // Checked at attach too; again here so that revoked permissions apply at once.
             LinkTarget::Exchange {
                 exchange,
                 routing_key,
-            } => Ok((exchange.clone(), routing_key.clone())),
-            LinkTarget::Queue(queue) => Ok((String::new(), queue.clone())),
+            } => {
+                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
+                Ok((exchange.clone(), routing_key.clone()))
+            }
+            LinkTarget::Queue(queue) => {
+                self.check(Perm::Write, ResourceKind::Exchange, "")?;
+                Ok((String::new(), queue.clone()))
+            }
             LinkTarget::Management => Err(AmqpError::new(
                 condition::NOT_ALLOWED,
                 "the management node takes requests, not messages to route",
