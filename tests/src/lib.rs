@@ -8,6 +8,7 @@
 //! No test may hang: every await goes through [`bounded!`] (a step timeout) or one of the
 //! helpers here, which are bounded themselves.
 
+pub mod amqp10;
 pub mod client;
 pub mod raw;
 pub mod wire;

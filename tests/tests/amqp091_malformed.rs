@@ -246,7 +246,7 @@ async fn unsupported_protocol_versions_get_the_0_9_1_header() {
     let headers: [&[u8]; 4] = [
         b"AMQP\x01\x01\x00\x0a", // 0-10
         b"AMQP\x00\x00\x09\x02", // 0-9-2
-        b"AMQP\x03\x01\x00\x00", // protocol id 3
+        b"AMQP\x02\x01\x00\x00", // protocol id 2 (TLS; id 3 is AMQP 1.0's SASL layer)
         b"AMQX\x00\x00\x09\x01", // not AMQP at all
     ];
     for header in headers {

@@ -4,3 +4,4 @@
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 
 pub mod amqp091;
+pub mod amqp10;

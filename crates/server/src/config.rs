@@ -60,6 +60,15 @@ pub struct Config {
     /// queue falls behind, its publishers stop reading their sockets until it catches up
     /// (RabbitMQ's `credit_flow_default_credit`, counted per queue rather than per pair).
     pub credit_flow_default_credit: u32,
+    /// Link credit an AMQP 1.0 client's sending link gets, renewed once half of it is used
+    /// (RabbitMQ's `max_link_credit`).
+    pub max_link_credit: u32,
+    /// Transfers an AMQP 1.0 client may send on a session before the broker reopens its
+    /// window (RabbitMQ's `max_incoming_window`).
+    pub max_incoming_window: u32,
+    /// Deliveries a queue may have on their way to one AMQP 1.0 consumer whatever credit its
+    /// client granted; topped up as they are sent (RabbitMQ's `max_queue_credit`).
+    pub max_queue_credit: u32,
     /// Memory high watermark as a fraction of the memory available (RAM, or the cgroup limit if
     /// lower): above it, publishers are blocked (RabbitMQ's `vm_memory_high_watermark.relative`).
     #[serde(deserialize_with = "fraction")]
@@ -94,6 +103,9 @@ impl Default for Config {
             queue_memory_budget: 64 * 1024 * 1024,
             store_segment_size: 64 * 1024 * 1024,
             credit_flow_default_credit: 2_000,
+            max_link_credit: 128,
+            max_incoming_window: 400,
+            max_queue_credit: 256,
             vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
             vm_memory_high_watermark_absolute: None,
             disk_free_limit: DiskFreeLimit::default(),
@@ -147,6 +159,15 @@ impl Config {
                 "frame_max = {} is below the AMQP minimum of 4096 bytes",
                 self.frame_max
             ));
+        }
+        if self.max_link_credit == 0 {
+            return Err("max_link_credit must be at least 1".into());
+        }
+        if self.max_incoming_window == 0 {
+            return Err("max_incoming_window must be at least 1".into());
+        }
+        if self.max_queue_credit == 0 {
+            return Err("max_queue_credit must be at least 1".into());
         }
         if self.channel_max == 0 {
             return Err("channel_max must be at least 1".into());

@@ -1,6 +1,7 @@
 //! The Warren broker process: listeners, one connection type per protocol, config.
 
 pub mod amqp091;
+pub mod amqp10;
 pub mod config;
 pub mod resource_monitor;
 
@@ -124,6 +125,16 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     })
 }
 
+/// Serves one accepted socket with the protocol its header names. The AMQP 1.0 connection is
+/// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
+async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<amqp091::Shared>) {
+    if amqp10::is_amqp10(&socket).await {
+        Box::pin(amqp10::serve(socket, peer, shared)).await;
+    } else {
+        amqp091::serve(socket, peer, shared).await;
+    }
+}
+
 async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
     let mut connections = JoinSet::new();
     let mut shutdown = shared.shutdown.clone();
@@ -131,7 +142,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
-                    connections.spawn(amqp091::serve(socket, peer, shared.clone()));
+                    connections.spawn(serve(socket, peer, shared.clone()));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: log, pause, keep serving.

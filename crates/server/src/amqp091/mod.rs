@@ -12,4 +12,6 @@ mod publish;
 mod throttle;
 mod writer;
 
+pub(crate) use annotations::delivery_properties;
 pub use connection::{serve, Shared};
+pub(crate) use convert::table_to_core;

@@ -1,0 +1,549 @@
+//! The publishing side: transfers (multi-frame ones assembled) become messages, routed through
+//! the vhost's snapshot and handed to their queues in per-queue batches with the same credit
+//! flow as AMQP 0.9.1. Unsettled transfers are settled with a disposition once the message is
+//! safe, as 0.9.1 publisher confirms: `accepted` when every queue has it (a persistent message
+//! to a durable queue: written and fsynced by the message store), `released` when it reached no
+//! queue, `rejected` when a queue refused it or its address is wrong.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use rustc_hash::{FxHashMap, FxHashSet};
+use warren_core::access::{Perm, ResourceKind};
+use warren_core::consumer::ConfirmTicket;
+use warren_core::message::{Format, Message};
+use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::routing::MessageFields;
+use warren_proto::amqp10::message::Sections;
+use warren_proto::amqp10::{
+    condition, AmqpError, DeliveryState, Disposition, Performative, Transfer, ROLE_RECEIVER,
+};
+
+use super::address::{self, Address};
+use super::connection::{broker_error, Connection, Fault};
+use super::convert;
+use super::link::{Assembly, Link, LinkTarget};
+use super::management::Request;
+
+/// The tag of a publish nobody waits to hear about (pre-settled).
+const NO_TAG: u64 = u64::MAX;
+
+struct QueueBatch {
+    queue: QueueHandle,
+    messages: Vec<Arc<Message>>,
+    tags: Vec<u64>,
+}
+
+/// Publishes, settlements and outcomes collected while handling one read.
+#[derive(Default)]
+pub struct Pending {
+    publishes: FxHashMap<usize, QueueBatch>,
+    settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
+    /// Unsettled publishes of this read: (channel, delivery-id, must wait for a ticket).
+    unconfirmed: Vec<(u16, u32, bool)>,
+    /// Publishes waiting for a confirm ticket, by ticket.
+    waiting: FxHashMap<u64, Vec<(u16, u32)>>,
+    /// Tags of publishes a queue refused (`x-overflow=reject-publish`).
+    rejected: FxHashSet<u64>,
+    /// Outcomes to send: (channel, delivery-id, state).
+    outcomes: Vec<(u16, u32, DeliveryState)>,
+    /// Requests to the management node.
+    management: Vec<Request>,
+    /// Credit for queues to deliver to consumers: (queue, consumer, credit).
+    credits: Vec<(QueueHandle, u64, u32)>,
+    next_ticket: u64,
+}
+
+impl Pending {
+    pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
+        self.settles
+            .entry((queue.key(), op))
+            .or_insert_with(|| (queue.clone(), Vec::new()))
+            .1
+            .push(seq);
+    }
+
+    pub fn grant(&mut self, credit: (QueueHandle, u64, u32)) {
+        self.credits.push(credit);
+    }
+
+    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
+        let batch = self
+            .publishes
+            .entry(queue.key())
+            .or_insert_with(|| QueueBatch {
+                queue: queue.clone(),
+                messages: Vec::new(),
+                tags: Vec::new(),
+            });
+        batch.messages.push(message);
+        if queue.args().rejects_publishes() {
+            batch.tags.push(tag);
+        }
+    }
+}
+
+fn tag_of(channel: u16, delivery_id: u32) -> u64 {
+    (u64::from(channel) << 32) | u64::from(delivery_id)
+}
+
+impl Connection {
+    pub(super) fn on_transfer(
+        &mut self,
+        channel: u16,
+        transfer: Transfer,
+        payload: Bytes,
+    ) -> Result<(), Fault> {
+        let max_size = self.shared.config.max_message_size;
+        let session = self.session(channel)?;
+        session.incoming_window = session.incoming_window.saturating_sub(1);
+        session.next_incoming_id = session.next_incoming_id.wrapping_add(1);
+        let handle = transfer.handle;
+        let link = match session.links.get_mut(&handle) {
+            Some(Link::Incoming(link)) => link,
+            Some(Link::Outgoing(_) | Link::Management(_)) => {
+                return Err(link_error(
+                    channel,
+                    handle,
+                    condition::ILLEGAL_STATE,
+                    "transfer on a link the client receives on".into(),
+                ))
+            }
+            // A link we detached (an error) while the client's transfers were on their way.
+            None => return Ok(()),
+        };
+        if link.assembly.is_none() {
+            let Some(delivery_id) = transfer.delivery_id else {
+                return Err(link_error(
+                    channel,
+                    handle,
+                    condition::INVALID_FIELD,
+                    "the first transfer of a delivery has no delivery-id".into(),
+                ));
+            };
+            link.assembly = Some(Assembly {
+                delivery_id,
+                settled: transfer.settled.unwrap_or(false),
+                chunks: Vec::new(),
+                size: 0,
+            });
+        }
+        let assembly = link.assembly.as_mut().expect("invariant: set just above");
+        if transfer.aborted {
+            link.assembly = None;
+            return Ok(());
+        }
+        assembly.size += payload.len() as u64;
+        if assembly.size > max_size {
+            link.assembly = None;
+            return Err(link_error(
+                channel,
+                handle,
+                condition::MESSAGE_SIZE_EXCEEDED,
+                format!("message size exceeds the maximum of {max_size} bytes"),
+            ));
+        }
+        if transfer.settled == Some(true) {
+            assembly.settled = true;
+        }
+        assembly.chunks.push(payload);
+        if transfer.more {
+            return Ok(());
+        }
+        let assembly = link.assembly.take().expect("invariant: set above");
+        link.credit = link.credit.saturating_sub(1);
+        link.delivery_count = link.delivery_count.wrapping_add(1);
+        let target = link.target.clone();
+        let raw = join(assembly.chunks);
+        if matches!(target, LinkTarget::Management) {
+            self.pending.management.push(Request { channel, raw });
+            if !assembly.settled {
+                let state = DeliveryState::Accepted;
+                self.pending
+                    .outcomes
+                    .push((channel, assembly.delivery_id, state));
+            }
+            return Ok(());
+        }
+        self.publish(
+            channel,
+            handle,
+            &target,
+            assembly.delivery_id,
+            assembly.settled,
+            raw,
+        )
+    }
+
+    fn publish(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        target: &LinkTarget,
+        delivery_id: u32,
+        settled: bool,
+        raw: Bytes,
+    ) -> Result<(), Fault> {
+        let sections = Sections::decode(&raw).map_err(|error| {
+            Fault::close(
+                condition::DECODE_ERROR,
+                format!("malformed message: {error}"),
+            )
+        })?;
+        // A user-id property must name the authenticated user. RabbitMQ ends the session;
+        // Warren rejects the message, which every client reports on the send that caused it.
+        let user_id = sections
+            .properties
+            .as_ref()
+            .and_then(|p| p.user_id.as_ref());
+        if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
+            let text = format!(
+                "user_id property set to '{}' but authenticated user was '{}'",
+                String::from_utf8_lossy(user_id),
+                self.user
+            );
+            if !settled {
+                let error = Some(AmqpError::new(condition::UNAUTHORIZED_ACCESS, text));
+                let state = DeliveryState::Rejected { error };
+                self.pending.outcomes.push((channel, delivery_id, state));
+            }
+            return Ok(());
+        }
+        let (exchange, routing_key) = match self.destination(target, &sections) {
+            Ok(to) => to,
+            Err(error) => {
+                if !settled {
+                    let state = DeliveryState::Rejected { error: Some(error) };
+                    self.pending.outcomes.push((channel, delivery_id, state));
+                }
+                return Ok(());
+            }
+        };
+        let (props, body) = convert::to_amqp091(&sections, &raw);
+        let header = sections.header.as_ref();
+        let mut properties = BytesMut::new();
+        props.encode(&mut properties);
+        let message = Arc::new(Message {
+            format: Format::Amqp091,
+            exchange: Bytes::from(exchange),
+            routing_key: Bytes::from(routing_key),
+            properties: properties.freeze(),
+            body,
+            persistent: header.is_some_and(|h| h.durable),
+            priority: header.and_then(|h| h.priority).unwrap_or(0),
+            expiration_ms: header.and_then(|h| h.ttl),
+            deaths: None,
+        });
+        let mut targets = Vec::new();
+        if let Err(error) = self.route(&message, &mut targets) {
+            if matches!(target, LinkTarget::Anonymous) {
+                if !settled {
+                    let state = DeliveryState::Rejected {
+                        error: Some(broker_error(error)),
+                    };
+                    self.pending.outcomes.push((channel, delivery_id, state));
+                }
+                return Ok(());
+            }
+            return Err(Fault::Detach {
+                channel,
+                handle,
+                error: broker_error(error),
+            });
+        }
+        if targets.is_empty() {
+            if !settled {
+                let state = DeliveryState::Released;
+                self.pending.outcomes.push((channel, delivery_id, state));
+            }
+            return Ok(());
+        }
+        let tag = if settled {
+            NO_TAG
+        } else {
+            tag_of(channel, delivery_id)
+        };
+        let waits = targets
+            .iter()
+            .any(|q| (stores_durably(q) && message.persistent) || q.args().rejects_publishes());
+        for queue in &targets {
+            self.pending.publish(queue, message.clone(), tag);
+        }
+        if !settled {
+            self.pending.unconfirmed.push((channel, delivery_id, waits));
+        }
+        Ok(())
+    }
+
+    /// The exchange and routing key of a message on a link with `target`.
+    fn destination(
+        &self,
+        target: &LinkTarget,
+        sections: &Sections,
+    ) -> Result<(String, String), AmqpError> {
+        match target {
+            // Checked at attach too; again here so that revoked permissions apply at once.
+            LinkTarget::Exchange {
+                exchange,
+                routing_key,
+            } => {
+                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
+                Ok((exchange.clone(), routing_key.clone()))
+            }
+            LinkTarget::Queue(queue) => {
+                self.check(Perm::Write, ResourceKind::Exchange, "")?;
+                Ok((String::new(), queue.clone()))
+            }
+            LinkTarget::Management => Err(AmqpError::new(
+                condition::NOT_ALLOWED,
+                "the management node takes requests, not messages to route",
+            )),
+            LinkTarget::Anonymous => {
+                let to = sections.properties.as_ref().and_then(|p| p.to.as_deref());
+                let Some(to) = to else {
+                    return Err(AmqpError::new(
+                        condition::PRECONDITION_FAILED,
+                        "anonymous terminus requires the 'to' address of each message to be set",
+                    ));
+                };
+                match address::parse(to) {
+                    Ok(Address::Queue(queue)) => {
+                        self.check(Perm::Write, ResourceKind::Exchange, "")?;
+                        Ok((String::new(), queue))
+                    }
+                    Ok(Address::Exchange {
+                        exchange,
+                        routing_key,
+                    }) => {
+                        self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
+                        self.check_exchange(&exchange)?;
+                        Ok((exchange, routing_key))
+                    }
+                    Err(text) => Err(AmqpError::new(condition::PRECONDITION_FAILED, text)),
+                }
+            }
+        }
+    }
+
+    fn route(
+        &self,
+        message: &Message,
+        targets: &mut Vec<QueueHandle>,
+    ) -> Result<(), warren_core::BrokerError> {
+        let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
+        let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
+        let mut fields = || -> MessageFields {
+            let Ok(properties) =
+                warren_proto::amqp091::BasicProperties::decode(&message.properties)
+            else {
+                return MessageFields::default();
+            };
+            MessageFields {
+                headers: properties
+                    .headers
+                    .as_ref()
+                    .map(crate::amqp091::table_to_core),
+                message_id: properties.message_id.map(|v| v.as_str().to_owned()),
+                correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
+                timestamp: properties.timestamp,
+            }
+        };
+        let vhost = self.vhost();
+        let snapshot = vhost.snapshot();
+        snapshot.route(exchange, &[routing_key], &mut fields, targets)
+    }
+
+    /// Hands collected publishes and settlements to their queues, then sends the outcomes
+    /// that need no confirm ticket. Publishes that must be safe first (persistent messages to
+    /// durable queues, queues that may refuse them) share one ticket per call.
+    pub(super) async fn flush_pending(&mut self) {
+        let mut publishes = std::mem::take(&mut self.pending.publishes);
+        let mut ticket = None;
+        for (
+            _,
+            QueueBatch {
+                queue,
+                messages,
+                tags,
+            },
+        ) in publishes.drain()
+        {
+            let waits = (stores_durably(&queue) && messages.iter().any(|m| m.persistent))
+                || tags.iter().any(|&t| t != NO_TAG);
+            let confirm = waits.then(|| {
+                ticket
+                    .get_or_insert_with(|| {
+                        self.pending.next_ticket += 1;
+                        ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone(), None)
+                    })
+                    .clone()
+            });
+            self.send_publishes(&queue, messages, confirm, tags).await;
+        }
+        self.pending.publishes = publishes;
+        let ticket_id = ticket.is_some().then_some(self.pending.next_ticket);
+        drop(ticket);
+        for (channel, delivery_id, waits) in std::mem::take(&mut self.pending.unconfirmed) {
+            match ticket_id.filter(|_| waits) {
+                Some(id) => self
+                    .pending
+                    .waiting
+                    .entry(id)
+                    .or_default()
+                    .push((channel, delivery_id)),
+                None => self
+                    .pending
+                    .outcomes
+                    .push((channel, delivery_id, DeliveryState::Accepted)),
+            }
+        }
+        let requests = std::mem::take(&mut self.pending.management);
+        if !requests.is_empty() {
+            self.answer_management(requests).await;
+        }
+        for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
+            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
+        }
+        let mut settles = std::mem::take(&mut self.pending.settles);
+        for ((_, op), (queue, seqs)) in settles.drain() {
+            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
+        }
+        self.pending.settles = settles;
+        self.write_outcomes();
+    }
+
+    /// Hands a batch to a queue: its credit first, then a mailbox slot. Meanwhile this
+    /// connection keeps serving its own consumers (it may consume from the same queue).
+    async fn send_publishes(
+        &mut self,
+        queue: &QueueHandle,
+        batch: Vec<Arc<Message>>,
+        confirm: Option<ConfirmTicket>,
+        tags: Vec<u64>,
+    ) {
+        let outbox = self.outbox.clone();
+        let credit = queue.acquire_credit(batch.len());
+        tokio::pin!(credit);
+        let mut credit_taken = None;
+        loop {
+            tokio::select! {
+                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
+                permit = queue.reserve_data(), if credit_taken.is_some() => {
+                    if let Ok(permit) = permit {
+                        permit.send(QueueCmd::Publish {
+                            messages: batch,
+                            confirm,
+                            tags,
+                            credit: credit_taken,
+                        });
+                    }
+                    return;
+                }
+                () = outbox.notified() => {
+                    self.on_events_now();
+                    if self.flush().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
+    pub(super) fn on_confirmed(&mut self, ticket: u64, ok: bool) {
+        let Some(deliveries) = self.pending.waiting.remove(&ticket) else {
+            return;
+        };
+        for (channel, delivery_id) in deliveries {
+            let refused = self.pending.rejected.remove(&tag_of(channel, delivery_id));
+            let state = if refused {
+                DeliveryState::Rejected {
+                    error: Some(AmqpError::new(
+                        condition::RESOURCE_LIMIT_EXCEEDED,
+                        "a target queue refused the message: it is full (x-overflow=reject-publish)",
+                    )),
+                }
+            } else if ok {
+                DeliveryState::Accepted
+            } else {
+                DeliveryState::Rejected {
+                    error: Some(AmqpError::new(
+                        condition::INTERNAL_ERROR,
+                        "the message store could not write the message",
+                    )),
+                }
+            };
+            self.pending.outcomes.push((channel, delivery_id, state));
+        }
+        self.write_outcomes();
+    }
+
+    pub(super) fn on_publish_rejected(&mut self, tags: &[u64]) {
+        self.pending
+            .rejected
+            .extend(tags.iter().filter(|&&t| t != NO_TAG));
+    }
+
+    /// Writes the collected outcomes as settled dispositions, runs of consecutive
+    /// delivery-ids with the same state in one.
+    fn write_outcomes(&mut self) {
+        let mut outcomes = std::mem::take(&mut self.pending.outcomes);
+        outcomes.sort_by_key(|(channel, id, _)| (*channel, *id));
+        let mut run: Option<(u16, u32, u32, DeliveryState)> = None;
+        for (channel, id, state) in outcomes.drain(..) {
+            if let Some((c, _, last, s)) = &mut run {
+                if *c == channel && last.wrapping_add(1) == id && *s == state {
+                    *last = id;
+                    continue;
+                }
+            }
+            if let Some(done) = run.replace((channel, id, id, state)) {
+                self.write_disposition(done);
+            }
+        }
+        if let Some(done) = run {
+            self.write_disposition(done);
+        }
+        self.pending.outcomes = outcomes;
+    }
+
+    fn write_disposition(&mut self, (channel, first, last, state): (u16, u32, u32, DeliveryState)) {
+        if !self.sessions.contains_key(&channel) {
+            return; // the session ended meanwhile
+        }
+        let disposition = Disposition {
+            role: ROLE_RECEIVER,
+            first,
+            last: (last != first).then_some(last),
+            settled: true,
+            state: Some(state),
+            batchable: false,
+        };
+        self.out
+            .frame(channel, &Performative::Disposition(disposition));
+    }
+}
+
+fn link_error(channel: u16, handle: u32, condition: &str, text: String) -> Fault {
+    Fault::Detach {
+        channel,
+        handle,
+        error: AmqpError::new(condition, text),
+    }
+}
+
+/// Whether the queue writes persistent messages to the store before they count as safe.
+fn stores_durably(queue: &QueueHandle) -> bool {
+    let def = queue.def();
+    def.durable && def.exclusive_owner.is_none()
+}
+
+fn join(chunks: Vec<Bytes>) -> Bytes {
+    if chunks.len() == 1 {
+        return chunks.into_iter().next().unwrap_or_default();
+    }
+    // A message split over frames is joined once; single-frame messages stay zero-copy.
+    let mut body = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    chunks.iter().for_each(|c| body.extend_from_slice(c));
+    body.freeze()
+}

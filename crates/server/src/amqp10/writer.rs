@@ -1,0 +1,120 @@
+//! Outgoing frames of one AMQP 1.0 connection, written once per turn. Small frames are encoded
+//! into one buffer; a large message body joins the write list as its own `Bytes` (a slice of
+//! the publisher's read buffer), not copied.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use warren_proto::amqp10::frame::{
+    encode_empty_frame, encode_frame, encode_frame_head, encode_sasl_frame, frame_head_len,
+};
+use warren_proto::amqp10::{Performative, SaslFrame, Transfer};
+
+/// Bodies at least this large are written from their own buffer instead of being copied.
+const ZERO_COPY_BYTES_MIN: usize = 4096;
+/// Capacity kept for the encode buffer between flushes.
+const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+#[derive(Default)]
+pub struct Writer {
+    encode: BytesMut,
+    queued: Vec<Bytes>,
+}
+
+impl Writer {
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.encode.extend_from_slice(bytes);
+    }
+
+    pub fn frame(&mut self, channel: u16, performative: &Performative) {
+        encode_frame(&mut self.encode, channel, performative, &[]);
+    }
+
+    pub fn sasl(&mut self, frame: &SaslFrame) {
+        encode_sasl_frame(&mut self.encode, frame);
+    }
+
+    pub fn empty(&mut self) {
+        encode_empty_frame(&mut self.encode);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.encode.is_empty() && self.queued.is_empty()
+    }
+
+    /// Writes a delivery as one or more transfer frames of at most `max_frame_size` bytes:
+    /// `prefix` (the message's sections up to the body's bytes) then `body`. The first frame
+    /// carries `first`; continuations carry only the handle and `more`. Returns the number of
+    /// frames (each takes a transfer-id).
+    pub fn transfer(
+        &mut self,
+        channel: u16,
+        first: Transfer,
+        prefix: &[u8],
+        body: &Bytes,
+        max_frame_size: u32,
+    ) -> u32 {
+        let total = prefix.len() + body.len();
+        let mut sent = 0usize;
+        let mut transfer = first;
+        let handle = transfer.handle;
+        let mut frames = 0u32;
+        loop {
+            frames += 1;
+            transfer.more = true;
+            let head = frame_head_len(&Performative::Transfer(transfer.clone()));
+            let room = (max_frame_size as usize).saturating_sub(head).max(1);
+            let chunk = room.min(total - sent);
+            transfer.more = sent + chunk < total;
+            let performative = Performative::Transfer(transfer);
+            encode_frame_head(&mut self.encode, channel, &performative, chunk);
+            self.payload(prefix, body, sent, chunk);
+            sent += chunk;
+            if sent >= total {
+                return frames;
+            }
+            transfer = Transfer {
+                handle,
+                ..Transfer::default()
+            };
+        }
+    }
+
+    /// Appends bytes `from..from + len` of `prefix ++ body`.
+    fn payload(&mut self, prefix: &[u8], body: &Bytes, from: usize, len: usize) {
+        let end = from + len;
+        if from < prefix.len() {
+            let upto = end.min(prefix.len());
+            self.encode
+                .extend_from_slice(prefix.get(from..upto).unwrap_or_default());
+        }
+        if end > prefix.len() {
+            let start = from.saturating_sub(prefix.len());
+            let stop = end - prefix.len();
+            let part = body.slice(start..stop);
+            if part.len() >= ZERO_COPY_BYTES_MIN {
+                let encoded = self.encode.split().freeze();
+                if !encoded.is_empty() {
+                    self.queued.push(encoded);
+                }
+                self.queued.push(part);
+            } else {
+                self.encode.extend_from_slice(&part);
+            }
+        }
+    }
+
+    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
+        if !self.encode.is_empty() {
+            let encoded = self.encode.split().freeze();
+            self.queued.push(encoded);
+        }
+        for part in self.queued.drain(..) {
+            socket.write_all(&part).await?;
+        }
+        if self.encode.capacity() > ENCODE_BUFFER_KEEP_BYTES {
+            self.encode = BytesMut::new();
+        }
+        Ok(())
+    }
+}
