@@ -44,6 +44,8 @@ pub struct Link {
     /// The link's delivery-count + link-credit from a flow that came during the attach.
     pub credit_limit: u32,
     pub what: String,
+    /// WARREN_PERF_AMQP10_TRACE set: every frame received goes to stderr.
+    trace: bool,
 }
 
 fn protocol(what: &str, why: impl std::fmt::Display) -> PerfError {
@@ -71,6 +73,7 @@ impl Link {
             peer_version: String::new(),
             credit_limit: 0,
             what,
+            trace: std::env::var_os("WARREN_PERF_AMQP10_TRACE").is_some(),
         };
         tokio::time::timeout(STEP_TIMEOUT * 2, link.handshake(endpoint, container))
             .await
@@ -283,10 +286,10 @@ impl Link {
                             Some(next) => next.wrapping_add(flow.incoming_window),
                             None => flow.incoming_window,
                         };
-                        if let (Some(0), Some(count), Some(credit)) =
-                            (flow.handle, flow.delivery_count, flow.link_credit)
-                        {
-                            self.credit_limit = count.wrapping_add(credit);
+                        if let (Some(0), Some(credit)) = (flow.handle, flow.link_credit) {
+                            // a null delivery-count: our initial one, 0 (transport.xml, flow)
+                            self.credit_limit =
+                                flow.delivery_count.unwrap_or(0).wrapping_add(credit);
                         }
                     }
                     FrameBody::Empty => {}
@@ -371,7 +374,13 @@ impl Link {
 
     /// The next whole frame from the read buffer, if there is one.
     pub fn decode_buffered(&mut self) -> Result<Option<Frame>, PerfError> {
-        decode_frame(&mut self.read, MAX_FRAME).map_err(|e| protocol(&self.what, e))
+        let frame = decode_frame(&mut self.read, MAX_FRAME).map_err(|e| protocol(&self.what, e))?;
+        if self.trace {
+            if let Some(frame) = &frame {
+                eprintln!("{} <- {:?}", self.what, frame);
+            }
+        }
+        Ok(frame)
     }
 
     pub async fn next_frame(&mut self) -> Result<Frame, PerfError> {

@@ -255,9 +255,9 @@ async fn send(
                         window_limit = flow.incoming_window;
                     }
                     if flow.handle == Some(0) {
-                        if let (Some(count), Some(credit)) = (flow.delivery_count, flow.link_credit)
-                        {
-                            credit_limit = count.wrapping_add(credit);
+                        if let Some(credit) = flow.link_credit {
+                            // a null delivery-count: our initial one, 0 (transport.xml, flow)
+                            credit_limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
                         }
                     }
                 }
