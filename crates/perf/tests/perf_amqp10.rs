@@ -135,8 +135,7 @@ async fn a_bad_address_names_the_address_and_the_fix() {
     for address in ["/queues/no-such-queue", "plainname"] {
         let error = amqp10(&format!("//{}/{address} --count 10", broker.addr()))
             .await
-            .err()
-            .expect("a refused address fails the run")
+            .expect_err("a refused address fails the run")
             .to_string();
         assert!(error.contains(&format!("'{address}'")), "{error}");
         assert!(error.contains("/queues/NAME"), "{error}");
