@@ -8,6 +8,7 @@
 //! figures and `chart` draws them.
 
 pub mod amqp091;
+pub mod amqp10;
 pub mod args;
 pub mod body;
 pub mod chart;
@@ -54,6 +55,9 @@ pub fn main(args: Vec<String>) -> ExitCode {
 }
 
 fn main_inner(args: Vec<String>) -> Result<(), PerfError> {
+    if args.first().map(String::as_str) == Some("amqp10") {
+        return amqp10::command(args.get(1..).unwrap_or_default());
+    }
     if args.first().map(String::as_str) == Some("chart") {
         return chart::command(args.get(1..).unwrap_or_default());
     }

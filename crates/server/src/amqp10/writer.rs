@@ -55,9 +55,24 @@ impl Writer {
         max_frame_size: u32,
     ) -> u32 {
         let total = prefix.len() + body.len();
+        let handle = first.handle;
+        // The common case, a delivery in one frame: the head is encoded once, with `more`
+        // false, and kept when the whole delivery fits in the frame.
+        let start = self.encode.len();
+        let single = Performative::Transfer(Transfer {
+            more: false,
+            ..first
+        });
+        encode_frame_head(&mut self.encode, channel, &single, total);
+        if self.encode.len() - start + total <= max_frame_size as usize {
+            self.payload(prefix, body, 0, total);
+            return 1;
+        }
+        self.encode.truncate(start);
+        let Performative::Transfer(mut transfer) = single else {
+            unreachable!("invariant: built as a transfer just above");
+        };
         let mut sent = 0usize;
-        let mut transfer = first;
-        let handle = transfer.handle;
         let mut frames = 0u32;
         loop {
             frames += 1;
