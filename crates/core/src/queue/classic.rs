@@ -379,6 +379,9 @@ impl ClassicQueue {
                 reply,
             } => {
                 self.last_used = Instant::now();
+                // Publishes taken earlier in this turn count against the length limits
+                // before anything is handed out or counted (dispatch enforces them too late).
+                self.enforce_limits_now();
                 self.flush_store();
                 let got = self.get(channel, no_ack);
                 self.flush_store(); // the delivered mark goes out before the message
@@ -400,6 +403,7 @@ impl ClassicQueue {
             QueueCmd::Info { reply } => {
                 // queue.declare asks for these counts: a redeclaration renews `x-expires`.
                 self.last_used = Instant::now();
+                self.enforce_limits_now();
                 let _ = reply.send(self.info());
             }
             QueueCmd::SetArgs { args } => self.set_args(*args),
@@ -430,6 +434,13 @@ impl ClassicQueue {
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// The length limits, applied mid-turn (a running queue only).
+    fn enforce_limits_now(&mut self) {
+        if self.state == State::Running {
+            self.enforce_limits();
+        }
     }
 
     /// A policy changed the settings (see `QueueCmd::SetArgs`).
