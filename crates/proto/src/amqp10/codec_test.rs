@@ -359,3 +359,117 @@ fn a_coordinator_target_decodes_as_such() {
     };
     assert!(attach.target.unwrap().coordinator);
 }
+
+/// Transfers and dispositions in many shapes, for the fast paths' differential test.
+fn hot_performatives() -> Vec<Performative> {
+    let states = [
+        None,
+        Some(DeliveryState::Accepted),
+        Some(DeliveryState::Released),
+        Some(DeliveryState::Received {
+            section_number: 1,
+            section_offset: 2,
+        }),
+        Some(DeliveryState::Rejected { error: None }),
+    ];
+    let mut out = Vec::new();
+    for (i, state) in states.iter().enumerate() {
+        for uint in [0u32, 7, 255, 256, 70_000, u32::MAX] {
+            for flags in [false, true] {
+                for tag_len in [0usize, 4, 32, 33] {
+                    out.push(Performative::Transfer(Transfer {
+                        handle: uint,
+                        delivery_id: flags.then_some(uint),
+                        delivery_tag: (tag_len > 0 || flags)
+                            .then(|| Bytes::from(vec![i as u8; tag_len])),
+                        message_format: (!flags).then_some(0),
+                        settled: if flags { Some(i % 2 == 0) } else { None },
+                        more: flags,
+                        rcv_settle_mode: flags.then_some(1),
+                        state: state.clone(),
+                        resume: flags && i == 1,
+                        aborted: false,
+                        batchable: flags && i == 2,
+                    }));
+                }
+                out.push(Performative::Transfer(Transfer {
+                    handle: uint,
+                    ..Transfer::default()
+                }));
+                out.push(Performative::Disposition(Disposition {
+                    role: flags,
+                    first: uint,
+                    last: flags.then_some(uint.wrapping_add(3)),
+                    settled: !flags,
+                    state: state.clone(),
+                    batchable: flags,
+                }));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn hot_fast_paths_match_the_general_codec() {
+    let (mut encoded, mut decoded_fast) = (0, 0);
+    for p in hot_performatives() {
+        let mut general = BytesMut::new();
+        p.to_value().encode(&mut general);
+        let mut fast = BytesMut::new();
+        if super::fast::encode_hot(&p, &mut fast) {
+            encoded += 1;
+            assert_eq!(fast, general, "{p:?}");
+        }
+        assert_eq!(super::frame::frame_head_len(&p), 8 + general.len(), "{p:?}");
+        // Decoding: the general encoding plus a payload, and the same with wide encodings.
+        let mut body = general.clone();
+        body.extend_from_slice(b"payload");
+        let body = body.freeze();
+        if let Some((decoded, used)) = super::fast::decode_hot(&body) {
+            decoded_fast += 1;
+            assert_eq!(decoded, p, "{p:?}");
+            assert_eq!(used, general.len());
+        }
+        let mut frame = BytesMut::new();
+        encode_frame(&mut frame, 5, &p, b"payload");
+        let decoded = decode_frame(&mut frame, u32::MAX).unwrap().unwrap();
+        assert_eq!(
+            decoded.body,
+            FrameBody::Amqp {
+                performative: p.clone(),
+                payload: Bytes::from_static(b"payload"),
+            }
+        );
+    }
+    assert!(
+        encoded > 100 && decoded_fast > 100,
+        "{encoded} {decoded_fast}"
+    );
+    // Truncations and corruptions: the fast decoder never disagrees with the general one.
+    for p in hot_performatives().into_iter().take(60) {
+        let mut general = BytesMut::new();
+        p.to_value().encode(&mut general);
+        let bytes = general.freeze();
+        for cut in 0..bytes.len() {
+            let short = bytes.slice(..cut);
+            if let Some((decoded, used)) = super::fast::decode_hot(&short) {
+                let (value, n) = Value::decode(&short).unwrap();
+                assert_eq!(Performative::from_value(value).unwrap(), decoded);
+                assert_eq!(n, used);
+            }
+        }
+        for at in 0..bytes.len() {
+            for b in [0x00u8, 0x40, 0x41, 0x45, 0x52, 0x70, 0xa0, 0xc0, 0xff] {
+                let mut v = bytes.to_vec();
+                v[at] = b;
+                let v = Bytes::from(v);
+                if let Some((decoded, used)) = super::fast::decode_hot(&v) {
+                    let (value, n) = Value::decode(&v).unwrap();
+                    assert_eq!(Performative::from_value(value).unwrap(), decoded);
+                    assert_eq!(n, used);
+                }
+            }
+        }
+    }
+}

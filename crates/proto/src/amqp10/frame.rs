@@ -6,6 +6,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::error::DecodeError;
+use super::fast::{decode_hot, encode_hot, encoded_len_hot};
 use super::performative::Performative;
 use super::sasl::SaslFrame;
 use super::types::{Reader, Value};
@@ -64,6 +65,15 @@ pub fn decode_frame(buf: &mut BytesMut, max_frame_size: u32) -> Result<Option<Fr
     let body = match frame_type {
         TYPE_AMQP if body.is_empty() => FrameBody::Empty,
         TYPE_AMQP => {
+            if let Some((performative, used)) = decode_hot(&body) {
+                return Ok(Some(Frame {
+                    channel,
+                    body: FrameBody::Amqp {
+                        performative,
+                        payload: body.slice(used..),
+                    },
+                }));
+            }
             let mut reader = Reader::new(&body);
             let value = reader.value(0)?;
             let performative = Performative::from_value(value)?;
@@ -107,7 +117,9 @@ pub fn encode_frame_head(
     out.put_u8(2);
     out.put_u8(TYPE_AMQP);
     out.put_u16(channel);
-    performative.to_value().encode(out);
+    if !encode_hot(performative, out) {
+        performative.to_value().encode(out);
+    }
     let size = out.len() - start + payload_len;
     let size = u32::try_from(size).unwrap_or(u32::MAX).to_be_bytes();
     if let Some(slot) = out.get_mut(start..start + 4) {
@@ -117,7 +129,8 @@ pub fn encode_frame_head(
 
 /// The size of the frame `encode_frame_head` writes, payload excluded.
 pub fn frame_head_len(performative: &Performative) -> usize {
-    FRAME_HEADER_BYTES + performative.to_value().encoded_len()
+    FRAME_HEADER_BYTES
+        + encoded_len_hot(performative).unwrap_or_else(|| performative.to_value().encoded_len())
 }
 
 pub fn encode_empty_frame(out: &mut BytesMut) {

@@ -3,6 +3,7 @@
 
 pub mod condition;
 mod error;
+mod fast;
 mod fields;
 pub mod frame;
 pub mod message;
