@@ -325,3 +325,13 @@ async fn random_routing_keys_spread_over_a_consistent_hash_exchange() {
     );
     broker.running.shutdown().await;
 }
+
+/// Report JSON is read back bit for bit (serde_json's `float_roundtrip`): without it 1.010329959
+/// came back as 1.0103299589999999 and the JSON no longer matched the run.
+#[test]
+fn report_floats_survive_their_json() {
+    for value in [1.010329959_f64, 0.1, 3.020475585, 1e-9, 123456.789012345] {
+        let text = serde_json::to_string(&value).unwrap();
+        assert_eq!(serde_json::from_str::<f64>(&text).unwrap(), value, "{text}");
+    }
+}
