@@ -482,6 +482,15 @@ fn policies_in(state: &ApiState, operator: bool, vhost: Option<&str>) -> Vec<Jso
         .collect()
 }
 
+/// Operator policies are the administrators'; policies the policymakers' too.
+fn policy_tags(operator: bool) -> &'static [&'static str] {
+    if operator {
+        ADMINISTRATOR
+    } else {
+        POLICYMAKER
+    }
+}
+
 async fn list_policies(
     state: Arc<ApiState>,
     auth: AuthUser,
@@ -489,7 +498,7 @@ async fn list_policies(
     vhost: Option<String>,
     params: Params,
 ) -> ApiResult<Json<Json_>> {
-    require(&auth, if operator { ADMINISTRATOR } else { POLICYMAKER })?;
+    require(&auth, policy_tags(operator))?;
     if let Some(name) = &vhost {
         state.broker.vhost(name).ok_or_else(ApiError::not_found)?;
     }
@@ -504,7 +513,7 @@ async fn one_policy(
     vhost: String,
     name: String,
 ) -> ApiResult<Json<Json_>> {
-    require(&auth, if operator { ADMINISTRATOR } else { POLICYMAKER })?;
+    require(&auth, policy_tags(operator))?;
     state
         .broker
         .access()
@@ -525,7 +534,7 @@ async fn put_one_policy(
     name: String,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    require(&auth, if operator { ADMINISTRATOR } else { POLICYMAKER })?;
+    require(&auth, policy_tags(operator))?;
     let mut body = body_object(&body)?;
     body.insert("vhost".into(), json!(vhost));
     body.insert("name".into(), json!(name));
@@ -545,91 +554,49 @@ async fn put_one_policy(
     Ok(created(existed))
 }
 
-pub async fn policies(
+// The routes of `/api/policies` (`OPERATOR` false) and `/api/operator-policies` (true).
+
+pub async fn policies<const OPERATOR: bool>(
     State(state): State<Arc<ApiState>>,
     Extension(auth): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    list_policies(state, auth, false, None, params).await
+    list_policies(state, auth, OPERATOR, None, params).await
 }
 
-pub async fn policies_in_vhost(
+pub async fn policies_in_vhost<const OPERATOR: bool>(
     State(state): State<Arc<ApiState>>,
     Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    list_policies(state, auth, false, Some(vhost), params).await
+    list_policies(state, auth, OPERATOR, Some(vhost), params).await
 }
 
-pub async fn policy(
+pub async fn policy<const OPERATOR: bool>(
     State(state): State<Arc<ApiState>>,
     Extension(auth): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult<Json<Json_>> {
-    one_policy(state, auth, false, vhost, name).await
+    one_policy(state, auth, OPERATOR, vhost, name).await
 }
 
-pub async fn put_policy(
+pub async fn put_policy<const OPERATOR: bool>(
     State(state): State<Arc<ApiState>>,
     Extension(auth): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    put_one_policy(state, auth, false, vhost, name, body).await
+    put_one_policy(state, auth, OPERATOR, vhost, name, body).await
 }
 
-pub async fn delete_policy(
+pub async fn delete_policy<const OPERATOR: bool>(
     State(state): State<Arc<ApiState>>,
     Extension(auth): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    require(&auth, POLICYMAKER)?;
-    state.broker.clear_policy(&vhost, &name, false).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-pub async fn operator_policies(
-    State(state): State<Arc<ApiState>>,
-    Extension(auth): Extension<AuthUser>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    list_policies(state, auth, true, None, params).await
-}
-
-pub async fn operator_policies_in_vhost(
-    State(state): State<Arc<ApiState>>,
-    Extension(auth): Extension<AuthUser>,
-    Path(vhost): Path<String>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    list_policies(state, auth, true, Some(vhost), params).await
-}
-
-pub async fn operator_policy(
-    State(state): State<Arc<ApiState>>,
-    Extension(auth): Extension<AuthUser>,
-    Path((vhost, name)): Path<(String, String)>,
-) -> ApiResult<Json<Json_>> {
-    one_policy(state, auth, true, vhost, name).await
-}
-
-pub async fn put_operator_policy(
-    State(state): State<Arc<ApiState>>,
-    Extension(auth): Extension<AuthUser>,
-    Path((vhost, name)): Path<(String, String)>,
-    body: Bytes,
-) -> ApiResult<StatusCode> {
-    put_one_policy(state, auth, true, vhost, name, body).await
-}
-
-pub async fn delete_operator_policy(
-    State(state): State<Arc<ApiState>>,
-    Extension(auth): Extension<AuthUser>,
-    Path((vhost, name)): Path<(String, String)>,
-) -> ApiResult<StatusCode> {
-    require(&auth, ADMINISTRATOR)?;
-    state.broker.clear_policy(&vhost, &name, true).await?;
+    require(&auth, policy_tags(OPERATOR))?;
+    state.broker.clear_policy(&vhost, &name, OPERATOR).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -90,17 +90,37 @@ fn consumer_json(state: &ApiState, entry: &ConnectionEntry, consumer: &ConsumerD
     })
 }
 
+/// The registered connections, all or those of one vhost (404 when it does not exist).
+fn connections_in(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Arc<ConnectionEntry>>> {
+    if let Some(name) = vhost {
+        super::vhost(state, name)?;
+    }
+    let mut connections = state.broker.registry().connections();
+    connections.retain(|c| vhost.is_none_or(|v| *c.details.vhost == *v));
+    Ok(connections)
+}
+
+fn connections_json(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Json_>> {
+    let connections = connections_in(state, vhost)?;
+    Ok(connections
+        .iter()
+        .map(|c| connection_json(state, c))
+        .collect())
+}
+
+fn channels_json(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Json_>> {
+    let connections = connections_in(state, vhost)?;
+    Ok(connections
+        .iter()
+        .flat_map(|c| channels_of_entry(state, c))
+        .collect())
+}
+
 pub async fn list(
     State(state): State<Arc<ApiState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = state
-        .broker
-        .registry()
-        .connections()
-        .iter()
-        .map(|c| connection_json(&state, c))
-        .collect();
+    let items = connections_json(&state, None)?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
@@ -110,15 +130,7 @@ pub async fn list_in(
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    super::vhost(&state, &vhost)?;
-    let items = state
-        .broker
-        .registry()
-        .connections()
-        .iter()
-        .filter(|c| *c.details.vhost == *vhost)
-        .map(|c| connection_json(&state, c))
-        .collect();
+    let items = connections_json(&state, Some(&vhost))?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
@@ -128,15 +140,7 @@ pub async fn channels_in(
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    super::vhost(&state, &vhost)?;
-    let items = state
-        .broker
-        .registry()
-        .connections()
-        .iter()
-        .filter(|c| *c.details.vhost == *vhost)
-        .flat_map(|c| channels_of_entry(&state, c))
-        .collect();
+    let items = channels_json(&state, Some(&vhost))?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
@@ -206,13 +210,7 @@ pub async fn channels(
     State(state): State<Arc<ApiState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = state
-        .broker
-        .registry()
-        .connections()
-        .iter()
-        .flat_map(|c| channels_of_entry(&state, c))
-        .collect();
+    let items = channels_json(&state, None)?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 

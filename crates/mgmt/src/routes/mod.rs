@@ -150,24 +150,27 @@ pub fn api_router(
                 .put(access::put_topic_permission)
                 .delete(access::delete_topic_permission),
         )
-        .route("/api/policies", get(access::policies))
-        .route("/api/policies/{vhost}", get(access::policies_in_vhost))
+        .route("/api/policies", get(access::policies::<false>))
+        .route(
+            "/api/policies/{vhost}",
+            get(access::policies_in_vhost::<false>),
+        )
         .route(
             "/api/policies/{vhost}/{name}",
-            get(access::policy)
-                .put(access::put_policy)
-                .delete(access::delete_policy),
+            get(access::policy::<false>)
+                .put(access::put_policy::<false>)
+                .delete(access::delete_policy::<false>),
         )
-        .route("/api/operator-policies", get(access::operator_policies))
+        .route("/api/operator-policies", get(access::policies::<true>))
         .route(
             "/api/operator-policies/{vhost}",
-            get(access::operator_policies_in_vhost),
+            get(access::policies_in_vhost::<true>),
         )
         .route(
             "/api/operator-policies/{vhost}/{name}",
-            get(access::operator_policy)
-                .put(access::put_operator_policy)
-                .delete(access::delete_operator_policy),
+            get(access::policy::<true>)
+                .put(access::put_policy::<true>)
+                .delete(access::delete_policy::<true>),
         )
         .route("/api/vhost-limits", get(access::vhost_limits))
         .route("/api/vhost-limits/{vhost}", get(access::vhost_limits_of))
