@@ -6,7 +6,7 @@
 # Usage: v2.sh HTTP_URL   (http://[user:pass@]host:port; guest/guest by default)
 # The binary is RABBITMQADMIN_V2 (default: $WARREN_TOOLS_DIR/rabbitmqadmin-v2/bin/rabbitmqadmin,
 # installed there with `cargo install rabbitmqadmin --locked` when missing; a cold build
-# takes several minutes). Not yet a .ci/run stage.
+# takes a few minutes). The .ci/run stage `rabbitmqadmin-v2`.
 set -uo pipefail
 
 url="${1:?usage: v2.sh HTTP_URL}"
@@ -15,8 +15,13 @@ tools="${WARREN_TOOLS_DIR:-$REPO_ROOT/.tools}"
 bin="${RABBITMQADMIN_V2:-$tools/rabbitmqadmin-v2/bin/rabbitmqadmin}"
 if [[ ! -x "$bin" ]]; then
   echo "rabbitmqadmin-v2: installing the rabbitmqadmin crate into $tools/rabbitmqadmin-v2"
-  cargo install rabbitmqadmin --locked --root "$tools/rabbitmqadmin-v2" >/dev/null 2>&1 || {
-    echo "rabbitmqadmin-v2: cargo install rabbitmqadmin failed"; exit 1; }
+  log="$(mktemp)"
+  if ! cargo install rabbitmqadmin --locked --root "$tools/rabbitmqadmin-v2" >"$log" 2>&1; then
+    echo "rabbitmqadmin-v2: cargo install rabbitmqadmin failed:"; tail -n 30 "$log"; rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
+  "$bin" --version
 fi
 rest="${url#*://}"
 user=guest password=guest
