@@ -8,15 +8,18 @@ use lapin::types::FieldTable;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 use warren_tests::{
-    bounded, confirm_channel, eventually, get_all, message_count, publish, unique, TestBroker,
+    bounded, confirm_channel, connect_url, eventually, get_all, message_count, publish, unique,
+    TestBroker,
 };
 
 const LIMIT: Duration = Duration::from_secs(5);
 
-/// A client for one broker's API, as guest.
+/// A client for one broker's API, as guest or another user.
 struct Api {
     http: Client,
     base: String,
+    user: String,
+    password: String,
 }
 
 impl Api {
@@ -28,6 +31,18 @@ impl Api {
         Api {
             http,
             base: broker.http_url(),
+            user: "guest".into(),
+            password: "guest".into(),
+        }
+    }
+
+    /// The same broker's API as another user.
+    fn as_user(&self, user: &str, password: &str) -> Api {
+        Api {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            user: user.into(),
+            password: password.into(),
         }
     }
 
@@ -35,7 +50,7 @@ impl Api {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .basic_auth("guest", Some("guest"));
+            .basic_auth(&self.user, Some(&self.password));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -613,4 +628,256 @@ async fn prometheus_metrics_have_rabbitmq_names_and_move() {
     assert_eq!(sample(&after, received), Some(2.0), "{after}");
     let confirmed = "rabbitmq_global_messages_confirmed_total{protocol=\"amqp091\"}";
     assert_eq!(sample(&after, confirmed), Some(2.0));
+}
+
+/// The values of `key` in a JSON list of objects.
+fn field_of(list: &Value, key: &str) -> Vec<String> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|item| item[key].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Creates (as guest) a user with `tags` and full permissions in each of `vhosts`.
+async fn add_user(api: &Api, user: &str, tags: &str, vhosts: &[&str]) {
+    let body = json!({"password": "pw", "tags": tags});
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/users/{user}"), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for vhost in vhosts {
+        let vhost = vhost.replace('/', "%2F");
+        let perms = json!({"configure": ".*", "write": ".*", "read": ".*"});
+        let path = format!("/api/permissions/{vhost}/{user}");
+        let (status, _) = api.send(Method::PUT, &path, Some(perms)).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+}
+
+/// Declares (as guest) a queue and a policy in `vhost` (already encoded).
+async fn add_queue_and_policy(api: &Api, vhost: &str, queue: &str, policy: &str) {
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/queues/{vhost}/{queue}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let body = json!({"pattern": "^none$", "definition": {"max-length": 5}});
+    let path = format!("/api/policies/{vhost}/{policy}");
+    let (status, _) = api.send(Method::PUT, &path, Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn management_users_see_only_the_vhosts_they_may_use() {
+    let broker = TestBroker::start().await;
+    let admin = Api::new(&broker);
+    let own = unique("own-vhost");
+    let (status, _) = admin
+        .send(Method::PUT, &format!("/api/vhosts/{own}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (own_queue, other_queue) = (unique("own-q"), unique("other-q"));
+    add_queue_and_policy(&admin, &own, &own_queue, "own-policy").await;
+    add_queue_and_policy(&admin, "%2F", &other_queue, "other-policy").await;
+    let (user, monitor, policymaker) = (unique("mgmt"), unique("mon"), unique("pol"));
+    add_user(&admin, &user, "management", &[&own]).await;
+    add_user(&admin, &monitor, "monitoring", &[&own]).await;
+    add_user(&admin, &policymaker, "policymaker", &[&own]).await;
+    let guest_connection = broker.connect().await;
+    let _guest_channel = confirm_channel(&guest_connection).await;
+    let user_connection = connect_url(&broker.url_as(&user, "pw", &own)).await;
+    let _user_channel = confirm_channel(&user_connection).await;
+    eventually("both connections registered", LIMIT, || async {
+        admin.get("/api/connections").await.as_array().map(Vec::len) == Some(2)
+    })
+    .await;
+
+    tracing::info!("a management user's lists hold only their vhost and connections");
+    let api = admin.as_user(&user, "pw");
+    assert_eq!(
+        field_of(&api.get("/api/vhosts").await, "name"),
+        [own.clone()]
+    );
+    assert_eq!(
+        field_of(&api.get("/api/queues").await, "name"),
+        [own_queue.clone()]
+    );
+    for path in ["/api/exchanges", "/api/bindings", "/api/policies"] {
+        let vhosts = field_of(&api.get(path).await, "vhost");
+        assert!(
+            !vhosts.is_empty() && vhosts.iter().all(|v| *v == own),
+            "{path}: {vhosts:?}"
+        );
+    }
+    assert_eq!(
+        field_of(&api.get("/api/connections").await, "user"),
+        [user.clone()]
+    );
+    assert_eq!(
+        field_of(&api.get("/api/channels").await, "user"),
+        [user.clone()]
+    );
+    let overview = api.get("/api/overview").await;
+    assert_eq!(overview["object_totals"]["queues"], 1, "{overview}");
+    assert_eq!(overview["object_totals"]["connections"], 1, "{overview}");
+    assert!(
+        overview.get("listeners").is_none(),
+        "node-wide parts are the monitors'"
+    );
+
+    tracing::info!("another vhost's objects are refused with 401, a missing vhost is 404");
+    let refused = json!({"error": "not_authorised",
+                         "reason": "User not authorised to access virtual host"});
+    for path in [
+        "/api/queues/%2F".to_string(),
+        format!("/api/queues/%2F/{other_queue}"),
+        "/api/exchanges/%2F".to_string(),
+        "/api/bindings/%2F".to_string(),
+        "/api/vhosts/%2F/connections".to_string(),
+        "/api/policies/%2F".to_string(),
+    ] {
+        assert_eq!(
+            api.send(Method::GET, &path, None).await,
+            (StatusCode::UNAUTHORIZED, refused.clone()),
+            "{path}"
+        );
+    }
+    let (status, _) = api
+        .send(
+            Method::DELETE,
+            &format!("/api/queues/%2F/{other_queue}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = api
+        .send(Method::GET, "/api/queues/no-such-vhost", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = api
+        .send(Method::GET, &format!("/api/vhosts/{own}"), None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "one vhost's record is the administrators'"
+    );
+    let guest_name = admin
+        .get("/api/connections")
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["user"] == "guest")
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .expect("guest's connection");
+    let guest_path = format!("/api/connections/{}", encode(&guest_name));
+    for method in [Method::GET, Method::DELETE] {
+        let (status, _) = api.send(method, &guest_path, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    assert!(guest_connection.status().connected());
+    assert_eq!(
+        api.get(&format!("/api/queues/{own}/{own_queue}")).await["name"],
+        own_queue.as_str()
+    );
+
+    tracing::info!("a monitor sees every vhost and connection, but queues only where permitted");
+    let api = admin.as_user(&monitor, "pw");
+    let vhosts = field_of(&api.get("/api/vhosts").await, "name");
+    assert!(
+        vhosts.contains(&"/".to_string()) && vhosts.contains(&own),
+        "{vhosts:?}"
+    );
+    assert_eq!(
+        api.get("/api/connections").await.as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        field_of(&api.get("/api/queues").await, "name"),
+        [own_queue.clone()]
+    );
+    assert!(api.get("/api/overview").await["listeners"].is_array());
+
+    tracing::info!("a policymaker manages the policies of their vhosts only");
+    let api = admin.as_user(&policymaker, "pw");
+    let policy = json!({"pattern": "^p$", "definition": {"max-length": 1}});
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/policies/{own}/mine"),
+            Some(policy.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, error) = api
+        .send(Method::PUT, "/api/policies/%2F/theirs", Some(policy))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{error}");
+    let (status, _) = api
+        .send(Method::GET, "/api/policies/%2F/other-policy", None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = admin
+        .as_user(&user, "pw")
+        .send(
+            Method::GET,
+            &format!("/api/policies/{own}/own-policy"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a management user is no policymaker"
+    );
+}
+
+/// Percent-encodes a path segment.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// RabbitMQ's management API refuses to delete or purge another connection's exclusive queue
+/// (400, RESOURCE_LOCKED's text; `rabbit_mgmt_http_SUITE:queue_purge_test`); the owner keeps
+/// using it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_is_refused_to_the_api_as_in_rabbitmq() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    let queue = unique("excl");
+    let exclusive = QueueDeclareOptions {
+        exclusive: true,
+        ..Default::default()
+    };
+    bounded!(channel.queue_declare(queue.as_str().into(), exclusive, FieldTable::default()))
+        .unwrap();
+    let path = format!("/api/queues/%2F/{queue}");
+    assert_eq!(api.get(&path).await["exclusive"], true);
+    for target in [path.clone(), format!("{path}/contents")] {
+        let (status, error) = api.send(Method::DELETE, &target, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{target}: {error}");
+        assert_eq!(error["error"], "bad_request");
+        let reason = error["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(&format!(
+                "cannot obtain exclusive access to locked queue '{queue}' in vhost '/'"
+            )),
+            "{reason}"
+        );
+    }
+    publish(&channel, "", &queue, b"still mine").await;
+    assert_eq!(
+        get_all(&channel, &queue).await,
+        vec!["still mine".to_string()]
+    );
+    assert_eq!(api.get(&path).await["name"], queue.as_str());
 }

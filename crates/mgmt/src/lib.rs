@@ -13,6 +13,7 @@ pub mod auth;
 pub mod convert;
 pub mod error;
 pub mod prometheus;
+mod prometheus_detailed;
 pub mod query;
 pub mod rates;
 mod routes;
