@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 use warren_tests::{
-    bounded, confirm_channel, connect_url, eventually, get_all, message_count, publish, unique,
-    TestBroker,
+    bounded, confirm_channel, connect_url, consume, eventually, get_all, message_count,
+    next_delivery, publish, unique, TestBroker,
 };
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -696,11 +696,11 @@ async fn management_users_see_only_the_vhosts_they_may_use() {
     let api = admin.as_user(&user, "pw");
     assert_eq!(
         field_of(&api.get("/api/vhosts").await, "name"),
-        [own.clone()]
+        [own.as_str()]
     );
     assert_eq!(
         field_of(&api.get("/api/queues").await, "name"),
-        [own_queue.clone()]
+        [own_queue.as_str()]
     );
     for path in ["/api/exchanges", "/api/bindings", "/api/policies"] {
         let vhosts = field_of(&api.get(path).await, "vhost");
@@ -711,11 +711,11 @@ async fn management_users_see_only_the_vhosts_they_may_use() {
     }
     assert_eq!(
         field_of(&api.get("/api/connections").await, "user"),
-        [user.clone()]
+        [user.as_str()]
     );
     assert_eq!(
         field_of(&api.get("/api/channels").await, "user"),
-        [user.clone()]
+        [user.as_str()]
     );
     let overview = api.get("/api/overview").await;
     assert_eq!(overview["object_totals"]["queues"], 1, "{overview}");
@@ -795,7 +795,7 @@ async fn management_users_see_only_the_vhosts_they_may_use() {
     );
     assert_eq!(
         field_of(&api.get("/api/queues").await, "name"),
-        [own_queue.clone()]
+        [own_queue.as_str()]
     );
     assert!(api.get("/api/overview").await["listeners"].is_array());
 
@@ -880,4 +880,280 @@ async fn an_exclusive_queue_is_refused_to_the_api_as_in_rabbitmq() {
         vec!["still mine".to_string()]
     );
     assert_eq!(api.get(&path).await["name"], queue.as_str());
+}
+
+/// The one item of a list whose `key` is `value`.
+fn item_where<'a>(list: &'a Value, key: &str, value: &str) -> &'a Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|item| item[key] == value)
+        .unwrap_or_else(|| panic!("no item with {key} = {value} in {list}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_connections_and_exchanges_count_what_passed_through_them() {
+    const COUNT: usize = 25;
+    const BODY: &[u8] = &[b'x'; 100];
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let exchange = unique("stats-x");
+    let (first, second) = (unique("stats-q1"), unique("stats-q2"));
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/exchanges/%2F/{exchange}"),
+            Some(json!({"type": "fanout"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for queue in [&first, &second] {
+        api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+            .await;
+        let bind = format!("/api/bindings/%2F/e/{exchange}/q/{queue}");
+        let (status, _) = api.send(Method::POST, &bind, Some(json!({}))).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let publisher = broker.connect().await;
+    let publish_channel = confirm_channel(&publisher).await;
+    for _ in 0..COUNT {
+        publish(&publish_channel, &exchange, "", BODY).await;
+    }
+    let consumer_connection = broker.connect().await;
+    let consume_channel = bounded!(consumer_connection.create_channel()).unwrap();
+    let mut consumer = consume(&consume_channel, &first, false).await;
+    for _ in 0..COUNT {
+        let delivery = next_delivery(&mut consumer).await;
+        bounded!(delivery.ack(BasicAckOptions::default())).unwrap();
+    }
+
+    tracing::info!(
+        "the publishing channel counts publishes and confirms, the other deliveries and acks"
+    );
+    let by_confirm = |confirm: bool| {
+        let api = &api;
+        async move {
+            let channels = api.get("/api/channels").await;
+            channels
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["confirm"] == confirm)
+                .cloned()
+                .unwrap_or_else(|| panic!("no channel with confirm {confirm}: {channels}"))
+        }
+    };
+    eventually("the consumer's acks are counted", LIMIT, || async {
+        by_confirm(false).await["message_stats"]["ack"] == COUNT
+    })
+    .await;
+    let stats = by_confirm(true).await["message_stats"].clone();
+    assert_eq!(stats["publish"], COUNT, "{stats}");
+    assert_eq!(stats["confirm"], COUNT, "{stats}");
+    assert_eq!(stats["deliver_get"], 0, "{stats}");
+    assert!(stats["publish_details"]["rate"].is_number(), "{stats}");
+    let stats = by_confirm(false).await["message_stats"].clone();
+    assert_eq!(stats["deliver"], COUNT, "{stats}");
+    assert_eq!(stats["deliver_get"], COUNT, "{stats}");
+    assert_eq!(stats["ack"], COUNT, "{stats}");
+    assert_eq!(stats["publish"], 0, "{stats}");
+    assert_eq!(stats["redeliver"], 0, "{stats}");
+
+    tracing::info!("connections count the bytes they read and wrote");
+    let bodies = (COUNT * BODY.len()) as u64;
+    let connections = api.get("/api/connections").await;
+    let publisher_entry = item_where(
+        &connections,
+        "name",
+        by_confirm(true).await["connection_details"]["name"]
+            .as_str()
+            .unwrap(),
+    )
+    .clone();
+    let consumer_entry = item_where(
+        &connections,
+        "name",
+        by_confirm(false).await["connection_details"]["name"]
+            .as_str()
+            .unwrap(),
+    )
+    .clone();
+    assert!(
+        publisher_entry["recv_oct"].as_u64().unwrap() > bodies,
+        "{publisher_entry}"
+    );
+    assert!(
+        publisher_entry["recv_cnt"].as_u64().unwrap() >= 1,
+        "{publisher_entry}"
+    );
+    assert!(
+        consumer_entry["send_oct"].as_u64().unwrap() > bodies,
+        "{consumer_entry}"
+    );
+    assert!(
+        consumer_entry["send_cnt"].as_u64().unwrap() >= 1,
+        "{consumer_entry}"
+    );
+    assert!(
+        publisher_entry["send_oct"].as_u64().unwrap() < bodies,
+        "confirms only: {publisher_entry}"
+    );
+    assert!(
+        consumer_entry["recv_oct_details"]["rate"].is_number(),
+        "{consumer_entry}"
+    );
+
+    tracing::info!("the exchange took COUNT messages and routed a copy to each of two queues");
+    let path = format!("/api/exchanges/%2F/{exchange}");
+    eventually("the exchange's counts", LIMIT, || async {
+        let stats = &api.get(&path).await["message_stats"];
+        stats["publish_in"] == COUNT && stats["publish_out"] == 2 * COUNT
+    })
+    .await;
+    let body = json!({"routing_key": "", "payload": "via http", "payload_encoding": "string",
+                      "properties": {}});
+    api.send(Method::POST, &format!("{path}/publish"), Some(body))
+        .await;
+    let stats = &api.get(&path).await["message_stats"];
+    assert_eq!(stats["publish_in"], COUNT + 1, "{stats}");
+    assert_eq!(stats["publish_out"], 2 * COUNT + 2, "{stats}");
+    let listed = api.get("/api/exchanges/%2F").await;
+    assert_eq!(
+        item_where(&listed, "name", &exchange)["message_stats"]["publish_in"],
+        COUNT + 1
+    );
+
+    tracing::info!("a deleted and redeclared exchange starts from zero");
+    api.send(Method::DELETE, &path, None).await;
+    api.send(Method::PUT, &path, Some(json!({"type": "fanout"})))
+        .await;
+    assert_eq!(api.get(&path).await["message_stats"]["publish_in"], 0);
+}
+
+/// The samples of one metric in Prometheus text: `(labels, value)`.
+fn series(text: &str, metric: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(metric)?.strip_prefix('{')?;
+            let (labels, value) = rest.split_once("} ")?;
+            Some((labels.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_memory_and_detailed_metrics_with_filters() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let prefix = unique("detail");
+    let (kept, other) = (format!("{prefix}-kept"), format!("{prefix}-other"));
+    for queue in [&kept, &other] {
+        api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+            .await;
+    }
+    let side = unique("side-vhost");
+    api.send(Method::PUT, &format!("/api/vhosts/{side}"), None)
+        .await;
+    api.send(Method::PUT, &format!("/api/queues/{side}/{kept}"), None)
+        .await;
+    let path = format!("/api/queues/%2F/{kept}");
+    assert_eq!(
+        api.get(&path).await["memory"],
+        0,
+        "an empty queue holds nothing"
+    );
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    for _ in 0..10 {
+        publish(&channel, "", &kept, &[b'm'; 1000]).await;
+    }
+    eventually("ten messages ready", LIMIT, || async {
+        api.get(&path).await["messages_ready"] == 10
+    })
+    .await;
+    let memory = api.get(&path).await["memory"].as_u64().unwrap();
+    assert!(
+        memory >= 10_000,
+        "ten 1000-byte bodies are resident: {memory}"
+    );
+
+    tracing::info!(
+        "/metrics/detailed serves only the families asked, for the vhosts and queues asked"
+    );
+    let http = Client::builder().timeout(LIMIT).build().unwrap();
+    let url = broker.prometheus_url();
+    let scrape = |query: String| {
+        let http = http.clone();
+        let url = format!("{url}/metrics/detailed{query}");
+        async move {
+            let response = bounded!(http.get(url).send()).unwrap();
+            let status = response.status();
+            (status, bounded!(response.text()).unwrap())
+        }
+    };
+    let (status, text) = scrape(String::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !text.contains("rabbitmq_detailed_queue"),
+        "no family, no series:\n{text}"
+    );
+    let query =
+        format!("?family=queue_coarse_metrics&family=queue_metrics&vhost=%2F&queue=%5E{prefix}-k");
+    let (_, text) = scrape(query).await;
+    let ready = series(&text, "rabbitmq_detailed_queue_messages_ready");
+    assert_eq!(
+        ready,
+        [(format!("vhost=\"/\",queue=\"{kept}\""), 10.0)],
+        "{text}"
+    );
+    let memory_series = series(&text, "rabbitmq_detailed_queue_process_memory_bytes");
+    assert_eq!(memory_series.len(), 1, "{text}");
+    assert!(memory_series[0].1 >= 10_000.0, "{text}");
+    assert!(!text.contains("rabbitmq_detailed_connection"), "{text}");
+    let (_, text) = scrape(format!(
+        "?family=queue_coarse_metrics&vhost={side}&vhost=no-such"
+    ))
+    .await;
+    let labels: Vec<String> = series(&text, "rabbitmq_detailed_queue_messages")
+        .into_iter()
+        .map(|(labels, _)| labels)
+        .collect();
+    assert_eq!(
+        labels,
+        [format!("vhost=\"{side}\",queue=\"{kept}\"")],
+        "{text}"
+    );
+
+    tracing::info!("connection and channel families, labelled by name");
+    let query =
+        "?family=connection_coarse_metrics&family=channel_metrics&family=channel_exchange_metrics";
+    let (_, text) = scrape(query.to_string()).await;
+    let incoming = series(&text, "rabbitmq_detailed_connection_incoming_bytes_total");
+    assert_eq!(incoming.len(), 1, "{text}");
+    assert!(
+        incoming[0].0.starts_with("channel=\"127.0.0.1:") && incoming[0].1 > 10_000.0,
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "rabbitmq_detailed_channel_consumers").len(),
+        1,
+        "{text}"
+    );
+    let published = series(&text, "rabbitmq_detailed_channel_messages_published_total");
+    assert_eq!(published.len(), 1, "{text}");
+    assert_eq!(published[0].1, 10.0, "{text}");
+
+    tracing::info!("a bad queue regex, or two, is 400");
+    let (status, _) = scrape("?family=queue_metrics&queue=(".to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = scrape("?family=queue_metrics&queue=a&queue=b".to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    tracing::info!("a purged queue's memory goes back to nothing");
+    api.send(Method::DELETE, &format!("{path}/contents"), None)
+        .await;
+    eventually("memory back to zero", LIMIT, || async {
+        api.get(&path).await["memory"] == 0
+    })
+    .await;
 }

@@ -157,6 +157,19 @@ impl ExchangeStatsTable {
             .map_or([0, 0], |c| [read(&c.publish_in), read(&c.publish_out)])
     }
 
+    /// Every exchange that was published to, with `[publish_in, publish_out]` (the rates
+    /// sampler's one read of the table a second).
+    pub fn all(&self) -> Vec<(String, [u64; 2])> {
+        self.exchanges
+            .read()
+            .iter()
+            .map(|(name, c)| {
+                let name = String::from_utf8_lossy(name).into_owned();
+                (name, [read(&c.publish_in), read(&c.publish_out)])
+            })
+            .collect()
+    }
+
     /// Forgets a deleted exchange's counts: one declared again under its name starts at zero.
     pub fn forget(&self, exchange: &str) {
         self.exchanges.write().remove(exchange.as_bytes());

@@ -176,11 +176,9 @@ impl Rates {
             let Some(vhost) = broker.vhost(&vhost_name) else {
                 continue;
             };
-            let table = vhost.exchange_stats();
-            exchanges.insert((vhost_name.clone(), String::new()), table.get(""));
-            for exchange in vhost.exchanges() {
-                let counts = table.get(&exchange.name);
-                exchanges.insert((vhost_name.clone(), exchange.name.to_string()), counts);
+            // Only exchanges that were published to have counts (and rates).
+            for (exchange, counts) in vhost.exchange_stats().all() {
+                exchanges.insert((vhost_name.clone(), exchange), counts);
             }
         }
         *self.channels.write() = per_second(&samples.channels, &channels, elapsed);

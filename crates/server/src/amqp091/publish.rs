@@ -299,10 +299,12 @@ impl Connection {
         tag: u64,
     ) {
         if targets.is_empty() {
-            let stats = self.channels.get(&id).map(|c| c.stats.clone());
+            let stats = self.channels.get(&id).map(|c| &c.stats);
             if mandatory {
                 self.pending.counts.unroutable_returned += 1;
-                stats.inspect(|s| add_owned(&s.return_unroutable, 1));
+                if let Some(stats) = stats {
+                    add_owned(&stats.return_unroutable, 1);
+                }
                 let method = Method::BasicReturn(BasicReturn {
                     reply_code: reply_code::NO_ROUTE,
                     reply_text: "NO_ROUTE".into(),
@@ -314,7 +316,9 @@ impl Connection {
                     .content(id, &method, &message.properties, &message.body, frame_max);
             } else {
                 self.pending.counts.unroutable_dropped += 1;
-                stats.inspect(|s| add_owned(&s.drop_unroutable, 1));
+                if let Some(stats) = stats {
+                    add_owned(&stats.drop_unroutable, 1);
+                }
             }
             return;
         }
