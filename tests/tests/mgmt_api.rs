@@ -721,6 +721,10 @@ async fn management_users_see_only_the_vhosts_they_may_use() {
     assert_eq!(overview["object_totals"]["queues"], 1, "{overview}");
     assert_eq!(overview["object_totals"]["connections"], 1, "{overview}");
     assert!(
+        overview["object_totals"].get("consumers").is_none(),
+        "RabbitMQ does not filter consumers by user, so leaves them out: {overview}"
+    );
+    assert!(
         overview.get("listeners").is_none(),
         "node-wide parts are the monitors'"
     );

@@ -56,7 +56,9 @@ fn queue_sums(state: &ApiState, user: &AuthUser) -> QueueSums {
 
 /// RabbitMQ's overview. Monitors and administrators see the whole broker; other users see
 /// the totals of the vhosts they have permissions in and of their own connections, without
-/// the node's listeners (RabbitMQ's `get_overview(User, Range)`).
+/// the node's listeners (RabbitMQ's `get_overview(User, Range)`). Their `publish` is what
+/// their vhosts' queues took: Warren counts publishes per connection and broker-wide, not
+/// per vhost.
 pub async fn overview(
     State(state): State<Arc<ApiState>>,
     Extension(user): Extension<AuthUser>,
@@ -67,7 +69,7 @@ pub async fn overview(
     let mut connections = registry.connections();
     connections.retain(|c| user.is_monitor() || c.details.user == user.name);
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
-    let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+    let counters = registry.counters();
     let mut body = json!({
         "management_version": RABBITMQ_VERSION,
         "rabbitmq_version": RABBITMQ_VERSION,
@@ -89,8 +91,14 @@ pub async fn overview(
             "messages_unacknowledged_details": rate(sums.rates.messages_unacknowledged),
         },
         "object_totals": {
-            "connections": connections.len(), "channels": channels, "consumers": consumers,
+            "connections": connections.len(), "channels": channels,
             "exchanges": sums.exchanges, "queues": sums.queues,
+        },
+        "churn_rates": {
+            "connection_created": GlobalCounters::get(&counters.connections_opened),
+            "connection_closed": GlobalCounters::get(&counters.connections_closed),
+            "channel_created": GlobalCounters::get(&counters.channels_opened),
+            "channel_closed": GlobalCounters::get(&counters.channels_closed),
         },
         "statistics_db_event_queue": 0,
         "disable_stats": false,
@@ -99,12 +107,15 @@ pub async fn overview(
                                       "basic": [600, 3600], "detailed": [600]},
     });
     if user.is_monitor() {
+        let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+        body["object_totals"]["consumers"] = json!(consumers);
         add_node_wide(&state, &mut body);
     }
     Json(query::project_one(body, &params))
 }
 
-/// The overview's broker-wide parts, for monitors: publisher totals, churn, listeners.
+/// The overview's broker-wide parts, for monitors: publisher totals, consumers (RabbitMQ does
+/// not filter them by user), listeners.
 fn add_node_wide(state: &ApiState, body: &mut Json_) {
     let counters = state.broker.registry().counters();
     let publishers = state.rates.publishers();
@@ -126,12 +137,6 @@ fn add_node_wide(state: &ApiState, body: &mut Json_) {
     body["node"] = json!(state.node);
     body["listeners"] = json!(listeners);
     body["contexts"] = json!([]);
-    body["churn_rates"] = json!({
-        "connection_created": GlobalCounters::get(&counters.connections_opened),
-        "connection_closed": GlobalCounters::get(&counters.connections_closed),
-        "channel_created": GlobalCounters::get(&counters.channels_opened),
-        "channel_closed": GlobalCounters::get(&counters.channels_closed),
-    });
 }
 
 fn exchange_types() -> Json_ {
