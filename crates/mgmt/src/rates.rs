@@ -168,7 +168,11 @@ impl Rates {
             let id = connection.details.id;
             connections.insert(id, connection.stats.snapshot());
             for channel in connection.channels() {
-                channels.insert((id, channel.number), channel.stats.snapshot());
+                let counts = channel.stats.snapshot();
+                // A channel that never counted anything reads as zeros without an entry.
+                if counts.iter().any(|&c| c > 0) {
+                    channels.insert((id, channel.number), counts);
+                }
             }
         }
         let mut exchanges = HashMap::new();
@@ -191,7 +195,8 @@ impl Rates {
 }
 
 /// Per-second rates of each key's counters since `before` (an object new since then started
-/// from zero); none before the second sample.
+/// from zero); none before the second sample. Only keys with a rate above zero are kept: an
+/// idle object reads as zeros without an entry, so idle channels and exchanges cost nothing.
 fn per_second<K: Eq + Hash + Clone, const N: usize>(
     before: &HashMap<K, [u64; N]>,
     now: &HashMap<K, [u64; N]>,
@@ -209,6 +214,7 @@ fn per_second<K: Eq + Hash + Clone, const N: usize>(
             }
             (key.clone(), rates)
         })
+        .filter(|(_, rates)| rates.iter().any(|&r| r > 0.0))
         .collect()
 }
 
