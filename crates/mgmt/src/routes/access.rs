@@ -1,8 +1,8 @@
 //! `/api/users`, `/api/vhosts`, `/api/permissions`, `/api/topic-permissions`,
 //! `/api/policies`, `/api/operator-policies`, `/api/vhost-limits` and `/api/definitions`:
 //! the broker-wide definitions, with RabbitMQ's paths, bodies and tag rules (administrator
-//! for users, vhosts, permissions, limits and definitions; policymaker or administrator for
-//! policies).
+//! for users, vhosts, permissions, limits and definitions; policymaker or administrator to
+//! read or change one policy; any management user lists the policies of their vhosts).
 
 use std::sync::Arc;
 
@@ -24,7 +24,6 @@ use crate::query::{self, Params};
 use crate::ApiState;
 
 pub(crate) const ADMINISTRATOR: &[&str] = &["administrator"];
-pub(crate) const POLICYMAKER: &[&str] = &["administrator", "policymaker"];
 
 /// Refuses a user whose tags include none of `tags`, as RabbitMQ does (401).
 pub(crate) fn require(user: &AuthUser, tags: &[&str]) -> ApiResult<()> {
@@ -507,9 +506,9 @@ fn require_policy_access(
     if operator {
         return require(auth, ADMINISTRATOR);
     }
-    require(auth, POLICYMAKER)?;
     let exists = state.broker.vhost(vhost).is_some();
-    if auth.is_admin() || !exists || auth.can_access(&state.broker, vhost) {
+    let in_vhost = !exists || auth.can_access(&state.broker, vhost);
+    if auth.is_admin() || (auth.is_policymaker() && in_vhost) {
         Ok(())
     } else {
         Err(ApiError::not_authorised(
