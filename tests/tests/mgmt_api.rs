@@ -3,20 +3,23 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 use warren_tests::{
-    bounded, confirm_channel, eventually, get_all, message_count, publish, unique, TestBroker,
+    bounded, confirm_channel, connect_url, consume, eventually, get_all, message_count,
+    next_delivery, publish, unique, TestBroker,
 };
 
 const LIMIT: Duration = Duration::from_secs(5);
 
-/// A client for one broker's API, as guest.
+/// A client for one broker's API, as guest or another user.
 struct Api {
     http: Client,
     base: String,
+    user: String,
+    password: String,
 }
 
 impl Api {
@@ -28,6 +31,18 @@ impl Api {
         Api {
             http,
             base: broker.http_url(),
+            user: "guest".into(),
+            password: "guest".into(),
+        }
+    }
+
+    /// The same broker's API as another user.
+    fn as_user(&self, user: &str, password: &str) -> Api {
+        Api {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            user: user.into(),
+            password: password.into(),
         }
     }
 
@@ -35,7 +50,7 @@ impl Api {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .basic_auth("guest", Some("guest"));
+            .basic_auth(&self.user, Some(&self.password));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -613,4 +628,536 @@ async fn prometheus_metrics_have_rabbitmq_names_and_move() {
     assert_eq!(sample(&after, received), Some(2.0), "{after}");
     let confirmed = "rabbitmq_global_messages_confirmed_total{protocol=\"amqp091\"}";
     assert_eq!(sample(&after, confirmed), Some(2.0));
+}
+
+/// The values of `key` in a JSON list of objects.
+fn field_of(list: &Value, key: &str) -> Vec<String> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|item| item[key].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Creates (as guest) a user with `tags` and full permissions in each of `vhosts`.
+async fn add_user(api: &Api, user: &str, tags: &str, vhosts: &[&str]) {
+    let body = json!({"password": "pw", "tags": tags});
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/users/{user}"), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for vhost in vhosts {
+        let vhost = vhost.replace('/', "%2F");
+        let perms = json!({"configure": ".*", "write": ".*", "read": ".*"});
+        let path = format!("/api/permissions/{vhost}/{user}");
+        let (status, _) = api.send(Method::PUT, &path, Some(perms)).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+}
+
+/// Declares (as guest) a queue and a policy in `vhost` (already encoded).
+async fn add_queue_and_policy(api: &Api, vhost: &str, queue: &str, policy: &str) {
+    let (status, _) = api
+        .send(Method::PUT, &format!("/api/queues/{vhost}/{queue}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let body = json!({"pattern": "^none$", "definition": {"max-length": 5}});
+    let path = format!("/api/policies/{vhost}/{policy}");
+    let (status, _) = api.send(Method::PUT, &path, Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn management_users_see_only_the_vhosts_they_may_use() {
+    let broker = TestBroker::start().await;
+    let admin = Api::new(&broker);
+    let own = unique("own-vhost");
+    let (status, _) = admin
+        .send(Method::PUT, &format!("/api/vhosts/{own}"), None)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (own_queue, other_queue) = (unique("own-q"), unique("other-q"));
+    add_queue_and_policy(&admin, &own, &own_queue, "own-policy").await;
+    add_queue_and_policy(&admin, "%2F", &other_queue, "other-policy").await;
+    let (user, monitor, policymaker) = (unique("mgmt"), unique("mon"), unique("pol"));
+    add_user(&admin, &user, "management", &[&own]).await;
+    add_user(&admin, &monitor, "monitoring", &[&own]).await;
+    add_user(&admin, &policymaker, "policymaker", &[&own]).await;
+    let guest_connection = broker.connect().await;
+    let _guest_channel = confirm_channel(&guest_connection).await;
+    let user_connection = connect_url(&broker.url_as(&user, "pw", &own)).await;
+    let _user_channel = confirm_channel(&user_connection).await;
+    eventually("both connections registered", LIMIT, || async {
+        admin.get("/api/connections").await.as_array().map(Vec::len) == Some(2)
+    })
+    .await;
+
+    tracing::info!("a management user's lists hold only their vhost and connections");
+    let api = admin.as_user(&user, "pw");
+    assert_eq!(
+        field_of(&api.get("/api/vhosts").await, "name"),
+        [own.as_str()]
+    );
+    assert_eq!(
+        field_of(&api.get("/api/queues").await, "name"),
+        [own_queue.as_str()]
+    );
+    for path in ["/api/exchanges", "/api/bindings", "/api/policies"] {
+        let vhosts = field_of(&api.get(path).await, "vhost");
+        assert!(
+            !vhosts.is_empty() && vhosts.iter().all(|v| *v == own),
+            "{path}: {vhosts:?}"
+        );
+    }
+    assert_eq!(
+        field_of(&api.get("/api/connections").await, "user"),
+        [user.as_str()]
+    );
+    assert_eq!(
+        field_of(&api.get("/api/channels").await, "user"),
+        [user.as_str()]
+    );
+    let overview = api.get("/api/overview").await;
+    assert_eq!(overview["object_totals"]["queues"], 1, "{overview}");
+    assert_eq!(overview["object_totals"]["connections"], 1, "{overview}");
+    assert!(
+        overview["object_totals"].get("consumers").is_none(),
+        "RabbitMQ does not filter consumers by user, so leaves them out: {overview}"
+    );
+    assert!(
+        overview.get("listeners").is_none(),
+        "node-wide parts are the monitors'"
+    );
+
+    tracing::info!("another vhost's objects are refused with 401, a missing vhost is 404");
+    let refused = json!({"error": "not_authorised",
+                         "reason": "User not authorised to access virtual host"});
+    for path in [
+        "/api/queues/%2F".to_string(),
+        format!("/api/queues/%2F/{other_queue}"),
+        "/api/exchanges/%2F".to_string(),
+        "/api/bindings/%2F".to_string(),
+        "/api/vhosts/%2F/connections".to_string(),
+        "/api/policies/%2F".to_string(),
+    ] {
+        assert_eq!(
+            api.send(Method::GET, &path, None).await,
+            (StatusCode::UNAUTHORIZED, refused.clone()),
+            "{path}"
+        );
+    }
+    let (status, _) = api
+        .send(
+            Method::DELETE,
+            &format!("/api/queues/%2F/{other_queue}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = api
+        .send(Method::GET, "/api/queues/no-such-vhost", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = api
+        .send(Method::GET, &format!("/api/vhosts/{own}"), None)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "one vhost's record is the administrators'"
+    );
+    let guest_name = admin
+        .get("/api/connections")
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["user"] == "guest")
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .expect("guest's connection");
+    let guest_path = format!("/api/connections/{}", encode(&guest_name));
+    for method in [Method::GET, Method::DELETE] {
+        let (status, _) = api.send(method, &guest_path, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    assert!(guest_connection.status().connected());
+    assert_eq!(
+        api.get(&format!("/api/queues/{own}/{own_queue}")).await["name"],
+        own_queue.as_str()
+    );
+
+    tracing::info!("a monitor sees every vhost and connection, but queues only where permitted");
+    let api = admin.as_user(&monitor, "pw");
+    let vhosts = field_of(&api.get("/api/vhosts").await, "name");
+    assert!(
+        vhosts.contains(&"/".to_string()) && vhosts.contains(&own),
+        "{vhosts:?}"
+    );
+    assert_eq!(
+        api.get("/api/connections").await.as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        field_of(&api.get("/api/queues").await, "name"),
+        [own_queue.as_str()]
+    );
+    assert!(api.get("/api/overview").await["listeners"].is_array());
+
+    tracing::info!("a policymaker manages the policies of their vhosts only");
+    let api = admin.as_user(&policymaker, "pw");
+    let policy = json!({"pattern": "^p$", "definition": {"max-length": 1}});
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/policies/{own}/mine"),
+            Some(policy.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, error) = api
+        .send(Method::PUT, "/api/policies/%2F/theirs", Some(policy))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{error}");
+    let (status, _) = api
+        .send(Method::GET, "/api/policies/%2F/other-policy", None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = admin
+        .as_user(&user, "pw")
+        .send(
+            Method::GET,
+            &format!("/api/policies/{own}/own-policy"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a management user is no policymaker"
+    );
+}
+
+/// Percent-encodes a path segment.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// RabbitMQ's management API refuses to delete or purge another connection's exclusive queue
+/// (400, RESOURCE_LOCKED's text; `rabbit_mgmt_http_SUITE:queue_purge_test`); the owner keeps
+/// using it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_is_refused_to_the_api_as_in_rabbitmq() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    let queue = unique("excl");
+    let exclusive = QueueDeclareOptions {
+        exclusive: true,
+        ..Default::default()
+    };
+    bounded!(channel.queue_declare(queue.as_str().into(), exclusive, FieldTable::default()))
+        .unwrap();
+    let path = format!("/api/queues/%2F/{queue}");
+    assert_eq!(api.get(&path).await["exclusive"], true);
+    for target in [path.clone(), format!("{path}/contents")] {
+        let (status, error) = api.send(Method::DELETE, &target, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{target}: {error}");
+        assert_eq!(error["error"], "bad_request");
+        let reason = error["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(&format!(
+                "cannot obtain exclusive access to locked queue '{queue}' in vhost '/'"
+            )),
+            "{reason}"
+        );
+    }
+    publish(&channel, "", &queue, b"still mine").await;
+    assert_eq!(
+        get_all(&channel, &queue).await,
+        vec!["still mine".to_string()]
+    );
+    assert_eq!(api.get(&path).await["name"], queue.as_str());
+}
+
+/// The one item of a list whose `key` is `value`.
+fn item_where<'a>(list: &'a Value, key: &str, value: &str) -> &'a Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|item| item[key] == value)
+        .unwrap_or_else(|| panic!("no item with {key} = {value} in {list}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_connections_and_exchanges_count_what_passed_through_them() {
+    const COUNT: usize = 25;
+    const BODY: &[u8] = &[b'x'; 100];
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let exchange = unique("stats-x");
+    let (first, second) = (unique("stats-q1"), unique("stats-q2"));
+    let (status, _) = api
+        .send(
+            Method::PUT,
+            &format!("/api/exchanges/%2F/{exchange}"),
+            Some(json!({"type": "fanout"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for queue in [&first, &second] {
+        api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+            .await;
+        let bind = format!("/api/bindings/%2F/e/{exchange}/q/{queue}");
+        let (status, _) = api.send(Method::POST, &bind, Some(json!({}))).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let publisher = broker.connect().await;
+    let publish_channel = confirm_channel(&publisher).await;
+    for _ in 0..COUNT {
+        publish(&publish_channel, &exchange, "", BODY).await;
+    }
+    let consumer_connection = broker.connect().await;
+    let consume_channel = bounded!(consumer_connection.create_channel()).unwrap();
+    let mut consumer = consume(&consume_channel, &first, false).await;
+    for _ in 0..COUNT {
+        let delivery = next_delivery(&mut consumer).await;
+        bounded!(delivery.ack(BasicAckOptions::default())).unwrap();
+    }
+
+    tracing::info!(
+        "the publishing channel counts publishes and confirms, the other deliveries and acks"
+    );
+    let by_confirm = |confirm: bool| {
+        let api = &api;
+        async move {
+            let channels = api.get("/api/channels").await;
+            channels
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["confirm"] == confirm)
+                .cloned()
+                .unwrap_or_else(|| panic!("no channel with confirm {confirm}: {channels}"))
+        }
+    };
+    eventually("the consumer's acks are counted", LIMIT, || async {
+        by_confirm(false).await["message_stats"]["ack"] == COUNT
+    })
+    .await;
+    let stats = by_confirm(true).await["message_stats"].clone();
+    assert_eq!(stats["publish"], COUNT, "{stats}");
+    assert_eq!(stats["confirm"], COUNT, "{stats}");
+    assert_eq!(stats["deliver_get"], 0, "{stats}");
+    assert!(stats["publish_details"]["rate"].is_number(), "{stats}");
+    let stats = by_confirm(false).await["message_stats"].clone();
+    assert_eq!(stats["deliver"], COUNT, "{stats}");
+    assert_eq!(stats["deliver_get"], COUNT, "{stats}");
+    assert_eq!(stats["ack"], COUNT, "{stats}");
+    assert_eq!(stats["publish"], 0, "{stats}");
+    assert_eq!(stats["redeliver"], 0, "{stats}");
+
+    tracing::info!("connections count the bytes they read and wrote");
+    let bodies = (COUNT * BODY.len()) as u64;
+    let connections = api.get("/api/connections").await;
+    let publisher_entry = item_where(
+        &connections,
+        "name",
+        by_confirm(true).await["connection_details"]["name"]
+            .as_str()
+            .unwrap(),
+    )
+    .clone();
+    let consumer_entry = item_where(
+        &connections,
+        "name",
+        by_confirm(false).await["connection_details"]["name"]
+            .as_str()
+            .unwrap(),
+    )
+    .clone();
+    assert!(
+        publisher_entry["recv_oct"].as_u64().unwrap() > bodies,
+        "{publisher_entry}"
+    );
+    assert!(
+        publisher_entry["recv_cnt"].as_u64().unwrap() >= 1,
+        "{publisher_entry}"
+    );
+    assert!(
+        consumer_entry["send_oct"].as_u64().unwrap() > bodies,
+        "{consumer_entry}"
+    );
+    assert!(
+        consumer_entry["send_cnt"].as_u64().unwrap() >= 1,
+        "{consumer_entry}"
+    );
+    assert!(
+        publisher_entry["send_oct"].as_u64().unwrap() < bodies,
+        "confirms only: {publisher_entry}"
+    );
+    assert!(
+        consumer_entry["recv_oct_details"]["rate"].is_number(),
+        "{consumer_entry}"
+    );
+
+    tracing::info!("the exchange took COUNT messages and routed a copy to each of two queues");
+    let path = format!("/api/exchanges/%2F/{exchange}");
+    eventually("the exchange's counts", LIMIT, || async {
+        let stats = &api.get(&path).await["message_stats"];
+        stats["publish_in"] == COUNT && stats["publish_out"] == 2 * COUNT
+    })
+    .await;
+    let body = json!({"routing_key": "", "payload": "via http", "payload_encoding": "string",
+                      "properties": {}});
+    api.send(Method::POST, &format!("{path}/publish"), Some(body))
+        .await;
+    let stats = &api.get(&path).await["message_stats"];
+    assert_eq!(stats["publish_in"], COUNT + 1, "{stats}");
+    assert_eq!(stats["publish_out"], 2 * COUNT + 2, "{stats}");
+    let listed = api.get("/api/exchanges/%2F").await;
+    assert_eq!(
+        item_where(&listed, "name", &exchange)["message_stats"]["publish_in"],
+        COUNT + 1
+    );
+
+    tracing::info!("a deleted and redeclared exchange starts from zero");
+    api.send(Method::DELETE, &path, None).await;
+    api.send(Method::PUT, &path, Some(json!({"type": "fanout"})))
+        .await;
+    assert_eq!(api.get(&path).await["message_stats"]["publish_in"], 0);
+}
+
+/// The samples of one metric in Prometheus text: `(labels, value)`.
+fn series(text: &str, metric: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(metric)?.strip_prefix('{')?;
+            let (labels, value) = rest.split_once("} ")?;
+            Some((labels.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_memory_and_detailed_metrics_with_filters() {
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let prefix = unique("detail");
+    let (kept, other) = (format!("{prefix}-kept"), format!("{prefix}-other"));
+    for queue in [&kept, &other] {
+        api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+            .await;
+    }
+    let side = unique("side-vhost");
+    api.send(Method::PUT, &format!("/api/vhosts/{side}"), None)
+        .await;
+    api.send(Method::PUT, &format!("/api/queues/{side}/{kept}"), None)
+        .await;
+    let path = format!("/api/queues/%2F/{kept}");
+    assert_eq!(
+        api.get(&path).await["memory"],
+        0,
+        "an empty queue holds nothing"
+    );
+    let connection = broker.connect().await;
+    let channel = confirm_channel(&connection).await;
+    for _ in 0..10 {
+        publish(&channel, "", &kept, &[b'm'; 1000]).await;
+    }
+    eventually("ten messages ready", LIMIT, || async {
+        api.get(&path).await["messages_ready"] == 10
+    })
+    .await;
+    let memory = api.get(&path).await["memory"].as_u64().unwrap();
+    assert!(
+        memory >= 10_000,
+        "ten 1000-byte bodies are resident: {memory}"
+    );
+
+    tracing::info!(
+        "/metrics/detailed serves only the families asked, for the vhosts and queues asked"
+    );
+    let http = Client::builder().timeout(LIMIT).build().unwrap();
+    let url = broker.prometheus_url();
+    let scrape = |query: String| {
+        let http = http.clone();
+        let url = format!("{url}/metrics/detailed{query}");
+        async move {
+            let response = bounded!(http.get(url).send()).unwrap();
+            let status = response.status();
+            (status, bounded!(response.text()).unwrap())
+        }
+    };
+    let (status, text) = scrape(String::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !text.contains("rabbitmq_detailed_queue"),
+        "no family, no series:\n{text}"
+    );
+    let query =
+        format!("?family=queue_coarse_metrics&family=queue_metrics&vhost=%2F&queue=%5E{prefix}-k");
+    let (_, text) = scrape(query).await;
+    let ready = series(&text, "rabbitmq_detailed_queue_messages_ready");
+    assert_eq!(
+        ready,
+        [(format!("vhost=\"/\",queue=\"{kept}\""), 10.0)],
+        "{text}"
+    );
+    let memory_series = series(&text, "rabbitmq_detailed_queue_process_memory_bytes");
+    assert_eq!(memory_series.len(), 1, "{text}");
+    assert!(memory_series[0].1 >= 10_000.0, "{text}");
+    assert!(!text.contains("rabbitmq_detailed_connection"), "{text}");
+    let (_, text) = scrape(format!(
+        "?family=queue_coarse_metrics&vhost={side}&vhost=no-such"
+    ))
+    .await;
+    let labels: Vec<String> = series(&text, "rabbitmq_detailed_queue_messages")
+        .into_iter()
+        .map(|(labels, _)| labels)
+        .collect();
+    assert_eq!(
+        labels,
+        [format!("vhost=\"{side}\",queue=\"{kept}\"")],
+        "{text}"
+    );
+
+    tracing::info!("connection and channel families, labelled by name");
+    let query =
+        "?family=connection_coarse_metrics&family=channel_metrics&family=channel_exchange_metrics";
+    let (_, text) = scrape(query.to_string()).await;
+    let incoming = series(&text, "rabbitmq_detailed_connection_incoming_bytes_total");
+    assert_eq!(incoming.len(), 1, "{text}");
+    assert!(
+        incoming[0].0.starts_with("channel=\"127.0.0.1:") && incoming[0].1 > 10_000.0,
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "rabbitmq_detailed_channel_consumers").len(),
+        1,
+        "{text}"
+    );
+    let published = series(&text, "rabbitmq_detailed_channel_messages_published_total");
+    assert_eq!(published.len(), 1, "{text}");
+    assert_eq!(published[0].1, 10.0, "{text}");
+
+    tracing::info!("a bad queue regex, or two, is 400");
+    let (status, _) = scrape("?family=queue_metrics&queue=(".to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = scrape("?family=queue_metrics&queue=a&queue=b".to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    tracing::info!("a purged queue's memory goes back to nothing");
+    api.send(Method::DELETE, &format!("{path}/contents"), None)
+        .await;
+    eventually("memory back to zero", LIMIT, || async {
+        api.get(&path).await["memory"] == 0
+    })
+    .await;
 }

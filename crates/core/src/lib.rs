@@ -15,6 +15,7 @@ pub mod message;
 pub mod queue;
 pub mod registry;
 pub mod routing;
+pub mod stats;
 pub mod value;
 pub mod vhost;
 

@@ -3,8 +3,9 @@
 //!
 //! A connection registers once its handshake is done and unregisters when it is torn down;
 //! channels and consumers are added and removed as they open and close. None of this is
-//! touched per message: message counts live in queue stats and in [`GlobalCounters`], which
-//! connections add to once per batch.
+//! touched per message: message counts live in queue stats, in [`GlobalCounters`], which
+//! connections add to once per batch, and in each channel's and connection's own counters
+//! (`stats.rs`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
 use crate::consumer::ConnectionId;
+use crate::stats::{ChannelStats, ConnectionStats};
 use crate::value::Table;
 
 /// What a connection tells the registry about itself when it opens.
@@ -52,6 +54,8 @@ pub struct ChannelDetails {
     pub global_prefetch_count: u16,
     pub confirm: bool,
     pub transactional: bool,
+    /// The channel's message counts, shared with the connection that adds to them.
+    pub stats: Arc<ChannelStats>,
 }
 
 /// A consumer as listed by the management API.
@@ -70,6 +74,8 @@ pub struct ConsumerDetails {
 /// consumers come and go.
 pub struct ConnectionEntry {
     pub details: ConnectionDetails,
+    /// Socket traffic, added to by the connection once per read and per flush.
+    pub stats: ConnectionStats,
     registry: std::sync::Weak<Registry>,
     /// Sorted by number; a Vec because a connection has few channels and a map's node
     /// would cost more than all of them.
@@ -203,6 +209,7 @@ impl Registry {
         let id = details.id;
         let entry = Arc::new(ConnectionEntry {
             details,
+            stats: ConnectionStats::default(),
             registry: Arc::downgrade(self),
             channels: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),

@@ -23,6 +23,7 @@ use crate::queue::classic::{self, Storage};
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
+use crate::stats::ExchangeStatsTable;
 use crate::value::{Table, Value};
 
 /// The exchanges every vhost has, as RabbitMQ pre-declares them.
@@ -80,6 +81,8 @@ pub struct VHost {
     max_queues: AtomicI64,
     /// Client connections open in this vhost now.
     connections: AtomicUsize,
+    /// What was published to each exchange (management API).
+    exchange_stats: ExchangeStatsTable,
     this: Weak<VHost>,
 }
 
@@ -106,6 +109,7 @@ impl VHost {
             max_connections: AtomicI64::new(-1),
             max_queues: AtomicI64::new(-1),
             connections: AtomicUsize::new(0),
+            exchange_stats: ExchangeStatsTable::default(),
             this: this.clone(),
         });
         {
@@ -124,6 +128,11 @@ impl VHost {
 
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// The counts of what was published to the vhost's exchanges.
+    pub fn exchange_stats(&self) -> &ExchangeStatsTable {
+        &self.exchange_stats
     }
 
     /// Every exchange of the vhost (management API), sorted by name.

@@ -24,6 +24,32 @@ pub struct AuthUser {
     pub tags: Vec<String>,
 }
 
+impl AuthUser {
+    fn has_any(&self, tags: &[&str]) -> bool {
+        self.tags.iter().any(|t| tags.contains(&t.as_str()))
+    }
+
+    /// Administrators see and manage every vhost's objects (RabbitMQ's `is_admin`).
+    pub fn is_admin(&self) -> bool {
+        self.has_any(&["administrator"])
+    }
+
+    /// Monitors see every vhost, connection and channel (RabbitMQ's `is_monitor`).
+    pub fn is_monitor(&self) -> bool {
+        self.has_any(&["administrator", "monitoring"])
+    }
+
+    /// Policymakers manage the policies of the vhosts they may use.
+    pub fn is_policymaker(&self) -> bool {
+        self.has_any(&["administrator", "policymaker"])
+    }
+
+    /// Whether the user has permissions in `vhost` (RabbitMQ's `check_vhost_access`).
+    pub fn can_access(&self, broker: &Broker, vhost: &str) -> bool {
+        broker.access().grant(&self.name, vhost).is_some()
+    }
+}
+
 /// The tags that let a user use the management API at all, as in RabbitMQ.
 const MANAGEMENT_TAGS: [&str; 4] = ["administrator", "monitoring", "policymaker", "management"];
 
@@ -43,14 +69,14 @@ pub fn authenticate(
         Ok(auth) => {
             let tags: Vec<String> = auth.tags.iter().cloned().collect();
             if !tags.iter().any(|t| MANAGEMENT_TAGS.contains(&t.as_str())) {
-                return Err(ApiError::unauthorized("Not management user"));
+                return Err(ApiError::not_authorised("Not management user"));
             }
             Ok(AuthUser {
                 name: auth.name.to_string(),
                 tags,
             })
         }
-        Err(text) if text.contains("loopback") => Err(ApiError::unauthorized(text)),
+        Err(text) if text.contains("loopback") => Err(ApiError::not_authorised(text)),
         Err(_) => Err(ApiError::unauthorized("Login failed")),
     }
 }

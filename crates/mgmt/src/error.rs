@@ -38,6 +38,16 @@ impl ApiError {
         }
     }
 
+    /// An authenticated user refused an object or a vhost: 401 `not_authorised` without a
+    /// challenge, as RabbitMQ's `not_authorised` (only failed logins ask for credentials).
+    pub fn not_authorised(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            error: "not_authorised",
+            reason: reason.into(),
+        }
+    }
+
     pub fn unavailable(reason: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -69,7 +79,7 @@ impl From<BrokerError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(json!({"error": self.error, "reason": self.reason}));
-        if self.status == StatusCode::UNAUTHORIZED {
+        if self.status == StatusCode::UNAUTHORIZED && self.error == "not_authorized" {
             let challenge = [(
                 header::WWW_AUTHENTICATE,
                 "Basic realm=\"RabbitMQ Management\"",

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod convert;
 pub mod error;
 pub mod prometheus;
+mod prometheus_detailed;
 pub mod query;
 pub mod rates;
 mod routes;
@@ -122,8 +123,10 @@ pub async fn start_with_routes(
         started: Instant::now(),
         listeners,
     });
-    let mut tasks = vec![tokio::spawn(rates.run(broker, shutdown.clone()))];
+    let mut tasks = Vec::new();
     if let Some(listener) = http {
+        // Only the HTTP API shows rates: without it nothing samples (nor holds samples).
+        tasks.push(tokio::spawn(rates.run(broker, shutdown.clone())));
         let addr = http_addr.expect("invariant: a bound listener has an address");
         let router = ui::with_ui(routes::api_router(state.clone(), extend));
         tracing::info!(%addr, "management HTTP API listener ready, listening on {addr}");

@@ -1,8 +1,8 @@
 //! Prometheus text exposition on its own listener (RabbitMQ's `rabbitmq_prometheus`, port
 //! 15692): `/metrics` aggregates across objects; `/metrics/per-object` gives the queue
 //! metrics (same names) as one series per queue labelled `vhost` and `queue`, as RabbitMQ's
-//! does. Names and labels are RabbitMQ's wherever Warren has
-//! the concept.
+//! does; `/metrics/detailed` serves the families asked for (`prometheus_detailed.rs`). Names
+//! and labels are RabbitMQ's wherever Warren has the concept.
 //!
 //! Formatted by hand: the format is a few lines of text per metric, and every figure is read
 //! at scrape time from the registry, queue stats and alarms, so a metrics registry would only
@@ -22,12 +22,16 @@ use warren_core::registry::GlobalCounters;
 
 use crate::ApiState;
 
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub fn router(state: Arc<ApiState>) -> Router {
     Router::new()
         .route("/metrics", get(aggregated))
         .route("/metrics/per-object", get(per_object))
+        .route(
+            "/metrics/detailed",
+            get(crate::prometheus_detailed::detailed),
+        )
         .with_state(state)
 }
 
@@ -43,16 +47,16 @@ async fn per_object(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
 }
 
 /// One metric family: `# HELP`, `# TYPE` and its samples.
-struct Family<'a> {
-    out: &'a mut String,
+pub(crate) struct Family<'a> {
+    pub(crate) out: &'a mut String,
 }
 
 impl Family<'_> {
-    fn header(&mut self, name: &str, kind: &str, help: &str) {
+    pub(crate) fn header(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.out, "# TYPE {name} {kind}\n# HELP {name} {help}");
     }
 
-    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+    pub(crate) fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
         if labels.is_empty() {
             let _ = writeln!(self.out, "{name} {value}");
         } else {
@@ -67,7 +71,7 @@ impl Family<'_> {
 }
 
 /// Escapes a label value (backslash, double quote, newline).
-fn label(value: &str) -> String {
+pub(crate) fn label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

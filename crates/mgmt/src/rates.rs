@@ -1,12 +1,15 @@
-//! Message rates: a background task samples the queues' counters once a second and keeps
-//! the per-second rates since the previous sample (RabbitMQ's `*_details.rate`).
+//! Message rates: a background task samples the counters of queues, channels, connections and
+//! exchanges once a second and keeps the per-second rates since the previous sample
+//! (RabbitMQ's `*_details.rate`).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use tokio::sync::watch;
+use warren_core::consumer::ConnectionId;
 use warren_core::queue::QueueStatsSnapshot;
 use warren_core::registry::GlobalCounters;
 use warren_core::Broker;
@@ -32,7 +35,13 @@ struct Samples {
     /// The broker's received and confirmed totals.
     received: u64,
     confirmed: u64,
+    channels: HashMap<ChannelKey, [u64; 11]>,
+    connections: HashMap<ConnectionId, [u64; 4]>,
+    exchanges: HashMap<(String, String), [u64; 2]>,
 }
+
+/// A channel: its connection's id and its number.
+pub type ChannelKey = (ConnectionId, u16);
 
 /// Broker-wide rates of what publishers do, messages per second.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -47,6 +56,11 @@ pub struct Rates {
     queues: RwLock<HashMap<(String, String), MessageRates>>,
     total: RwLock<MessageRates>,
     publishers: RwLock<PublishRates>,
+    /// Rates of each channel's, connection's and exchange's counters, in the order of
+    /// `warren_core::stats`' `CHANNEL_STATS`, `CONNECTION_STATS` and `EXCHANGE_STATS`.
+    channels: RwLock<HashMap<ChannelKey, [f64; 11]>>,
+    connections: RwLock<HashMap<ConnectionId, [f64; 4]>>,
+    exchanges: RwLock<HashMap<(String, String), [f64; 2]>>,
 }
 
 impl Rates {
@@ -64,6 +78,26 @@ impl Rates {
 
     pub fn publishers(&self) -> PublishRates {
         *self.publishers.read()
+    }
+
+    pub fn channel(&self, key: ChannelKey) -> [f64; 11] {
+        self.channels.read().get(&key).copied().unwrap_or_default()
+    }
+
+    pub fn connection(&self, id: ConnectionId) -> [f64; 4] {
+        self.connections
+            .read()
+            .get(&id)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub fn exchange(&self, vhost: &str, name: &str) -> [f64; 2] {
+        self.exchanges
+            .read()
+            .get(&(vhost.to_string(), name.to_string()))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Samples every second until shutdown.
@@ -117,11 +151,71 @@ impl Rates {
         }
         samples.received = received;
         samples.confirmed = confirmed;
+        self.sample_objects(broker, samples, elapsed);
         samples.at = Some(now);
         samples.queues = current;
         *self.queues.write() = rates;
         *self.total.write() = total;
     }
+}
+
+impl Rates {
+    /// Samples the channels, connections and exchanges.
+    fn sample_objects(&self, broker: &Broker, samples: &mut Samples, elapsed: f64) {
+        let mut channels = HashMap::new();
+        let mut connections = HashMap::new();
+        for connection in broker.registry().connections() {
+            let id = connection.details.id;
+            connections.insert(id, connection.stats.snapshot());
+            for channel in connection.channels() {
+                let counts = channel.stats.snapshot();
+                // A channel that never counted anything reads as zeros without an entry.
+                if counts.iter().any(|&c| c > 0) {
+                    channels.insert((id, channel.number), counts);
+                }
+            }
+        }
+        let mut exchanges = HashMap::new();
+        for vhost_name in broker.vhost_names() {
+            let Some(vhost) = broker.vhost(&vhost_name) else {
+                continue;
+            };
+            // Only exchanges that were published to have counts (and rates).
+            for (exchange, counts) in vhost.exchange_stats().all() {
+                exchanges.insert((vhost_name.clone(), exchange), counts);
+            }
+        }
+        *self.channels.write() = per_second(&samples.channels, &channels, elapsed);
+        *self.connections.write() = per_second(&samples.connections, &connections, elapsed);
+        *self.exchanges.write() = per_second(&samples.exchanges, &exchanges, elapsed);
+        samples.channels = channels;
+        samples.connections = connections;
+        samples.exchanges = exchanges;
+    }
+}
+
+/// Per-second rates of each key's counters since `before` (an object new since then started
+/// from zero); none before the second sample. Only keys with a rate above zero are kept: an
+/// idle object reads as zeros without an entry, so idle channels and exchanges cost nothing.
+fn per_second<K: Eq + Hash + Clone, const N: usize>(
+    before: &HashMap<K, [u64; N]>,
+    now: &HashMap<K, [u64; N]>,
+    seconds: f64,
+) -> HashMap<K, [f64; N]> {
+    if seconds <= 0.0 {
+        return HashMap::new();
+    }
+    now.iter()
+        .map(|(key, counts)| {
+            let earlier = before.get(key).copied().unwrap_or([0; N]);
+            let mut rates = [0.0; N];
+            for ((rate, now), then) in rates.iter_mut().zip(counts).zip(earlier) {
+                *rate = now.saturating_sub(then) as f64 / seconds;
+            }
+            (key.clone(), rates)
+        })
+        .filter(|(_, rates)| rates.iter().any(|&r| r > 0.0))
+        .collect()
 }
 
 fn rates_between(a: &QueueStatsSnapshot, b: &QueueStatsSnapshot, seconds: f64) -> MessageRates {
@@ -141,7 +235,7 @@ fn rates_between(a: &QueueStatsSnapshot, b: &QueueStatsSnapshot, seconds: f64) -
     }
 }
 
-fn add(total: &mut MessageRates, rate: &MessageRates) {
+pub(crate) fn add(total: &mut MessageRates, rate: &MessageRates) {
     total.publish += rate.publish;
     total.deliver_get += rate.deliver_get;
     total.ack += rate.ack;

@@ -928,6 +928,8 @@ pages.exchanges = {
       { title: "Name", key: "name", render: (x) => x.name ? esc(x.name) : `<span class="muted">(AMQP default)</span>` },
       { title: "Type", key: "type" },
       { title: "Features", key: "features", render: (x) => features(x) },
+      { title: "Rate in", key: "publish_in_rate", num: true, render: (x) => fmtRate(rateOf(x.message_stats, "publish_in")) },
+      { title: "Rate out", key: "publish_out_rate", num: true, render: (x) => fmtRate(rateOf(x.message_stats, "publish_out")) },
       { title: "", key: "actions", render: (x) => x.name && !x.name.startsWith("amq.")
         ? `<button class="btn small danger" data-delete="${esc(JSON.stringify([x.vhost, x.name]))}">Delete</button>` : "" },
     ], list, "No exchanges.", (x) => `data-exchange="${esc(x.name)}"`);
@@ -961,6 +963,8 @@ pages.connections = {
       { title: "Virtual host", key: "vhost" },
       { title: "Protocol", key: "protocol" },
       { title: "Channels", key: "channels", num: true },
+      { title: "From client", key: "recv_rate", num: true, render: (c) => fmtBytes(rateOf(c, "recv_oct")) + "/s" },
+      { title: "To client", key: "send_rate", num: true, render: (c) => fmtBytes(rateOf(c, "send_oct")) + "/s" },
       { title: "Heartbeat", key: "timeout", num: true, render: (c) => esc(c.timeout) + " s" },
       { title: "Connected at", key: "connected_at", render: (c) => fmtTime(c.connected_at) },
       { title: "State", key: "state", render: (c) => `<span class="badge ok">${esc(c.state)}</span>` },
@@ -996,6 +1000,10 @@ pages.channels = {
       { title: "Prefetch", key: "prefetch_count", num: true },
       { title: "Global prefetch", key: "global_prefetch_count", num: true },
       { title: "Consumers", key: "consumer_count", num: true },
+      { title: "Publish", key: "publish_rate", num: true, render: (c) => fmtRate(rateOf(c.message_stats, "publish")) },
+      { title: "Confirm", key: "confirm_rate", num: true, render: (c) => fmtRate(rateOf(c.message_stats, "confirm")) },
+      { title: "Deliver / get", key: "deliver_rate", num: true, render: (c) => fmtRate(rateOf(c.message_stats, "deliver_get")) },
+      { title: "Ack", key: "ack_rate", num: true, render: (c) => fmtRate(rateOf(c.message_stats, "ack")) },
       { title: "State", key: "state", render: (c) => `<span class="badge ok">${esc(c.state)}</span>` },
     ], list, "No open channels.");
   },

@@ -53,6 +53,10 @@ pub struct Storage {
     pub memory_budget: usize,
 }
 
+/// What the queue's index holds per message beside the message itself (a `Stored` in its ready
+/// queue or unacked map, with the map's or deque's slack), for the `memory` estimate.
+const INDEX_ENTRY_BYTES: u64 = 64;
+
 /// What a queue task is started with besides its definition.
 pub struct Setup {
     pub args: QueueArgs,
@@ -477,6 +481,8 @@ impl ClassicQueue {
         totals.message_bytes_ready = self.ready.body_bytes();
         totals.messages_unacknowledged = self.unacked.len() as u64;
         totals.consumers = self.consumers.len() as u64;
+        let entries = (self.ready.len() + self.unacked.len()) as u64;
+        totals.memory_bytes = self.ready.memory() as u64 + entries * INDEX_ENTRY_BYTES;
         self.handle.stats_cell().store(totals);
     }
 

@@ -16,6 +16,7 @@ pub struct QueueStats {
     delivered_total: AtomicU64,
     acknowledged_total: AtomicU64,
     redelivered_total: AtomicU64,
+    memory_bytes: AtomicU64,
 }
 
 /// A copy of [`QueueStats`] at one instant.
@@ -31,6 +32,9 @@ pub struct QueueStatsSnapshot {
     pub delivered_total: u64,
     pub acknowledged_total: u64,
     pub redelivered_total: u64,
+    /// An estimate of the bytes the queue holds in memory: its resident messages and an
+    /// index entry per message (RabbitMQ's queue `memory`).
+    pub memory_bytes: u64,
 }
 
 impl QueueStats {
@@ -49,6 +53,7 @@ impl QueueStats {
             .store(figures.acknowledged_total, relaxed);
         self.redelivered_total
             .store(figures.redelivered_total, relaxed);
+        self.memory_bytes.store(figures.memory_bytes, relaxed);
     }
 
     pub fn snapshot(&self) -> QueueStatsSnapshot {
@@ -62,6 +67,7 @@ impl QueueStats {
             delivered_total: self.delivered_total.load(relaxed),
             acknowledged_total: self.acknowledged_total.load(relaxed),
             redelivered_total: self.redelivered_total.load(relaxed),
+            memory_bytes: self.memory_bytes.load(relaxed),
         }
     }
 }

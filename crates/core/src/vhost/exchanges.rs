@@ -83,6 +83,7 @@ impl VHost {
         }
         let durable = def.durable;
         meta.exchanges.remove(name);
+        self.exchange_stats.forget(name);
         meta.bindings.retain(|b| {
             &*b.source != name && b.destination != Destination::Exchange(Arc::from(name))
         });

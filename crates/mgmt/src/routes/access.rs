@@ -1,8 +1,8 @@
 //! `/api/users`, `/api/vhosts`, `/api/permissions`, `/api/topic-permissions`,
 //! `/api/policies`, `/api/operator-policies`, `/api/vhost-limits` and `/api/definitions`:
 //! the broker-wide definitions, with RabbitMQ's paths, bodies and tag rules (administrator
-//! for users, vhosts, permissions, limits and definitions; policymaker or administrator for
-//! policies).
+//! for users, vhosts, permissions, limits and definitions; policymaker or administrator to
+//! read or change one policy; any management user lists the policies of their vhosts).
 
 use std::sync::Arc;
 
@@ -17,21 +17,20 @@ use warren_core::access::format::{
 use warren_core::access::password::HashingAlgorithm;
 use warren_core::access::policy::PolicyRecord;
 
-use super::body_object;
+use super::{body_object, visible_vhost};
 use crate::auth::AuthUser;
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
 use crate::ApiState;
 
 pub(crate) const ADMINISTRATOR: &[&str] = &["administrator"];
-pub(crate) const POLICYMAKER: &[&str] = &["administrator", "policymaker"];
 
 /// Refuses a user whose tags include none of `tags`, as RabbitMQ does (401).
 pub(crate) fn require(user: &AuthUser, tags: &[&str]) -> ApiResult<()> {
     if user.tags.iter().any(|t| tags.contains(&t.as_str())) {
         return Ok(());
     }
-    Err(ApiError::unauthorized(format!(
+    Err(ApiError::not_authorised(format!(
         "Not {} user",
         match tags {
             [only] => (*only).to_string(),
@@ -221,8 +220,10 @@ fn vhost_json(state: &ApiState, name: &str) -> Option<Json_> {
     Some(item)
 }
 
+/// The vhosts the user may know of: all for monitors, else those with permissions.
 pub async fn vhosts(
     State(state): State<Arc<ApiState>>,
+    Extension(auth): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
     let items = state
@@ -230,15 +231,19 @@ pub async fn vhosts(
         .access()
         .vhost_records()
         .iter()
+        .filter(|v| visible_vhost(&state, &auth, &v.name))
         .filter_map(|v| vhost_json(&state, &v.name))
         .collect();
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
+/// One vhost, for administrators (as RabbitMQ's `rabbit_mgmt_wm_vhost`).
 pub async fn vhost(
     State(state): State<Arc<ApiState>>,
+    Extension(auth): Extension<AuthUser>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Json_>> {
+    require(&auth, ADMINISTRATOR)?;
     vhost_json(&state, &name)
         .map(Json)
         .ok_or_else(ApiError::not_found)
@@ -471,26 +476,48 @@ fn policy_json(policy: &PolicyRecord) -> Json_ {
     json!(policy)
 }
 
-fn policies_in(state: &ApiState, operator: bool, vhost: Option<&str>) -> Vec<Json_> {
+/// The policies of one vhost or of all the user's: administrators' lists show every vhost,
+/// other users' the vhosts they have permissions in (RabbitMQ's `filter_vhost`).
+fn policies_in(
+    state: &ApiState,
+    auth: &AuthUser,
+    operator: bool,
+    vhost: Option<&str>,
+) -> Vec<Json_> {
     state
         .broker
         .access()
         .policies(operator)
         .iter()
         .filter(|p| vhost.is_none_or(|v| p.vhost == v))
+        .filter(|p| auth.is_admin() || auth.can_access(&state.broker, &p.vhost))
         .map(policy_json)
         .collect()
 }
 
-/// Operator policies are the administrators'; policies the policymakers' too.
-fn policy_tags(operator: bool) -> &'static [&'static str] {
+/// Operator policies are the administrators'; policies the policymakers' too, in the vhosts
+/// they have permissions in (RabbitMQ's `is_authorized_policies`: 401 otherwise).
+fn require_policy_access(
+    state: &ApiState,
+    auth: &AuthUser,
+    operator: bool,
+    vhost: &str,
+) -> ApiResult<()> {
     if operator {
-        ADMINISTRATOR
+        return require(auth, ADMINISTRATOR);
+    }
+    let exists = state.broker.vhost(vhost).is_some();
+    let in_vhost = !exists || auth.can_access(&state.broker, vhost);
+    if auth.is_admin() || (auth.is_policymaker() && in_vhost) {
+        Ok(())
     } else {
-        POLICYMAKER
+        Err(ApiError::not_authorised(
+            "User not authorised to access object",
+        ))
     }
 }
 
+/// Lists are read-only and open to every management user, filtered by vhost, as in RabbitMQ.
 async fn list_policies(
     state: Arc<ApiState>,
     auth: AuthUser,
@@ -498,11 +525,10 @@ async fn list_policies(
     vhost: Option<String>,
     params: Params,
 ) -> ApiResult<Json<Json_>> {
-    require(&auth, policy_tags(operator))?;
     if let Some(name) = &vhost {
-        state.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+        super::vhost(&state, &auth, name)?;
     }
-    let items = policies_in(&state, operator, vhost.as_deref());
+    let items = policies_in(&state, &auth, operator, vhost.as_deref());
     Ok(Json(query::list(items, &params, &["vhost", "name"])?))
 }
 
@@ -513,7 +539,7 @@ async fn one_policy(
     vhost: String,
     name: String,
 ) -> ApiResult<Json<Json_>> {
-    require(&auth, policy_tags(operator))?;
+    require_policy_access(&state, &auth, operator, &vhost)?;
     state
         .broker
         .access()
@@ -534,7 +560,7 @@ async fn put_one_policy(
     name: String,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    require(&auth, policy_tags(operator))?;
+    require_policy_access(&state, &auth, operator, &vhost)?;
     let mut body = body_object(&body)?;
     body.insert("vhost".into(), json!(vhost));
     body.insert("name".into(), json!(name));
@@ -595,7 +621,7 @@ pub async fn delete_policy<const OPERATOR: bool>(
     Extension(auth): Extension<AuthUser>,
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    require(&auth, policy_tags(OPERATOR))?;
+    require_policy_access(&state, &auth, OPERATOR, &vhost)?;
     state.broker.clear_policy(&vhost, &name, OPERATOR).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -606,22 +632,31 @@ fn limits_json(vhost: &str, limits: VHostLimits) -> Json_ {
     json!({"vhost": vhost, "value": limits.to_json()})
 }
 
-pub async fn vhost_limits(State(state): State<Arc<ApiState>>) -> ApiResult<Json<Json_>> {
+pub async fn vhost_limits(
+    State(state): State<Arc<ApiState>>,
+    Extension(auth): Extension<AuthUser>,
+) -> ApiResult<Json<Json_>> {
     let items: Vec<Json_> = state
         .broker
         .access()
         .vhost_records()
         .into_iter()
-        .filter(|v| !v.limits.is_empty())
+        .filter(|v| !v.limits.is_empty() && visible_vhost(&state, &auth, &v.name))
         .map(|v| limits_json(&v.name, v.limits))
         .collect();
     Ok(Json(Json_::Array(items)))
 }
 
+/// One vhost's limits, for administrators, monitors and users with permissions in it
+/// (RabbitMQ's `is_authorized_vhost_visible`).
 pub async fn vhost_limits_of(
     State(state): State<Arc<ApiState>>,
+    Extension(auth): Extension<AuthUser>,
     Path(vhost): Path<String>,
 ) -> ApiResult<Json<Json_>> {
+    if state.broker.vhost(&vhost).is_some() && !visible_vhost(&state, &auth, &vhost) {
+        return Err(ApiError::not_authorised(super::NOT_AUTHORISED_VHOST));
+    }
     let record = state
         .broker
         .access()

@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value as Json_};
 use warren_core::binding::{Binding, Destination};
@@ -17,7 +17,8 @@ use warren_core::value::Table;
 use warren_core::vhost::VHost;
 
 use super::exchanges::{core_name, exists};
-use super::{body_object, vhost, API_CONNECTION};
+use super::{body_object, listed_vhosts, vhost, API_CONNECTION};
+use crate::auth::AuthUser;
 use crate::convert::{self, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
@@ -92,23 +93,23 @@ fn answer(items: Vec<Json_>, params: &Params) -> ApiResult<Json<Json_>> {
 
 pub async fn list(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let mut items = Vec::new();
-    for name in state.broker.vhost_names() {
-        if let Some(vhost) = state.broker.vhost(&name) {
-            items.extend(all_of(&vhost));
-        }
-    }
+    let items = listed_vhosts(&state, &user)
+        .iter()
+        .flat_map(|vhost| all_of(vhost))
+        .collect();
     answer(items, &params)
 }
 
 pub async fn list_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     answer(all_of(&vhost), &params)
 }
 
@@ -118,10 +119,11 @@ fn matching(vhost: &VHost, keep: impl Fn(&Json_) -> bool) -> Vec<Json_> {
 
 pub async fn of_queue(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, queue)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     super::queues::find(&vhost, &queue)?;
     let items = matching(&vhost, |b| {
         b["destination_type"] == "queue" && b["destination"] == queue.as_str()
@@ -131,10 +133,11 @@ pub async fn of_queue(
 
 pub async fn of_source(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, exchange)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     if !exists(&vhost, &exchange) {
         return Err(ApiError::not_found());
     }
@@ -147,10 +150,11 @@ pub async fn of_source(
 
 pub async fn of_exchange_destination(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, exchange)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     if !exists(&vhost, &exchange) {
         return Err(ApiError::not_found());
     }
@@ -195,10 +199,11 @@ fn between_items(vhost: &VHost, source: &str, destination: &Destination) -> Vec<
 
 pub async fn between(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, source, kind, dest)): Path<(String, String, String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let destination = destination(&kind, &dest)?;
     check_ends(&vhost, &source, &destination)?;
     answer(between_items(&vhost, &source, &destination), &params)
@@ -207,10 +212,11 @@ pub async fn between(
 /// POST: creates a binding; answers 201 with its location, as RabbitMQ.
 pub async fn create(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, source, kind, dest)): Path<(String, String, String, String)>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let destination = destination(&kind, &dest)?;
     check_ends(&vhost, &source, &destination)?;
     if core_name(&source).is_empty() {
@@ -246,10 +252,11 @@ fn find_one(
 
 pub async fn one(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, source, kind, dest, props)): Path<(String, String, String, String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let destination = destination(&kind, &dest)?;
     let item = find_one(&vhost, &source, &destination, &props)?;
     Ok(Json(query::project_one(item, &params)))
@@ -257,9 +264,10 @@ pub async fn one(
 
 pub async fn delete(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, source, kind, dest, props)): Path<(String, String, String, String, String)>,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let destination = destination(&kind, &dest)?;
     check_ends(&vhost, &source, &destination)?;
     let source = core_name(&source);

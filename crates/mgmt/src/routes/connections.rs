@@ -4,10 +4,13 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Value as Json_};
 use warren_core::registry::{ChannelDetails, ConnectionEntry, ConsumerDetails};
+use warren_core::stats::CHANNEL_STATS;
 
+use super::{message_stats, rate};
+use crate::auth::AuthUser;
 use crate::convert::{self, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
@@ -15,7 +18,12 @@ use crate::ApiState;
 
 fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
     let d = &entry.details;
+    let [recv_oct, recv_cnt, send_oct, send_cnt] = entry.stats.snapshot();
+    let [recv_rate, _, send_rate, _] = state.rates.connection(d.id);
     json!({
+        "recv_oct": recv_oct, "recv_oct_details": rate(recv_rate), "recv_cnt": recv_cnt,
+        "send_oct": send_oct, "send_oct_details": rate(send_rate), "send_cnt": send_cnt,
+        "send_pend": 0,
         "name": entry.name(),
         "node": state.node,
         "type": "network",
@@ -46,7 +54,16 @@ fn channel_json(
     consumers: usize,
 ) -> Json_ {
     let d = &entry.details;
+    let counts = channel.stats.snapshot();
+    let rates = state.rates.channel((d.id, channel.number));
+    let mut stats = message_stats(&CHANNEL_STATS, &counts, &rates);
+    // RabbitMQ's sum of deliver, deliver_no_ack, get and get_no_ack (indices 4 to 7).
+    let deliver_get: u64 = counts.iter().skip(4).take(4).sum();
+    let deliver_get_rate: f64 = rates.iter().skip(4).take(4).sum();
+    stats.insert("deliver_get".into(), json!(deliver_get));
+    stats.insert("deliver_get_details".into(), rate(deliver_get_rate));
     json!({
+        "message_stats": stats,
         "name": format!("{} ({})", entry.name(), channel.number),
         "number": channel.number,
         "node": state.node,
@@ -90,26 +107,42 @@ fn consumer_json(state: &ApiState, entry: &ConnectionEntry, consumer: &ConsumerD
     })
 }
 
-/// The registered connections, all or those of one vhost (404 when it does not exist).
-fn connections_in(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Arc<ConnectionEntry>>> {
+/// The connections a user sees (RabbitMQ's `filter_conn_ch_list`): those of one vhost when
+/// `vhost` names one (404 when it does not exist, 401 without permissions in it), and only
+/// the user's own unless they are a monitor.
+fn connections_for(
+    state: &ApiState,
+    user: &AuthUser,
+    vhost: Option<&str>,
+) -> ApiResult<Vec<Arc<ConnectionEntry>>> {
     if let Some(name) = vhost {
-        super::vhost(state, name)?;
+        super::vhost(state, user, name)?;
     }
     let mut connections = state.broker.registry().connections();
-    connections.retain(|c| vhost.is_none_or(|v| *c.details.vhost == *v));
+    connections.retain(|c| {
+        vhost.is_none_or(|v| *c.details.vhost == *v) && (user.is_monitor() || owns(user, c))
+    });
     Ok(connections)
 }
 
-fn connections_json(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Json_>> {
-    let connections = connections_in(state, vhost)?;
+fn owns(user: &AuthUser, connection: &ConnectionEntry) -> bool {
+    connection.details.user == user.name
+}
+
+fn connections_json(
+    state: &ApiState,
+    user: &AuthUser,
+    vhost: Option<&str>,
+) -> ApiResult<Vec<Json_>> {
+    let connections = connections_for(state, user, vhost)?;
     Ok(connections
         .iter()
         .map(|c| connection_json(state, c))
         .collect())
 }
 
-fn channels_json(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Json_>> {
-    let connections = connections_in(state, vhost)?;
+fn channels_json(state: &ApiState, user: &AuthUser, vhost: Option<&str>) -> ApiResult<Vec<Json_>> {
+    let connections = connections_for(state, user, vhost)?;
     Ok(connections
         .iter()
         .flat_map(|c| channels_of_entry(state, c))
@@ -118,46 +151,69 @@ fn channels_json(state: &ApiState, vhost: Option<&str>) -> ApiResult<Vec<Json_>>
 
 pub async fn list(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = connections_json(&state, None)?;
+    let items = connections_json(&state, &user, None)?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
 /// `/api/vhosts/{vhost}/connections`.
 pub async fn list_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = connections_json(&state, Some(&vhost))?;
+    let items = connections_json(&state, &user, Some(&vhost))?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
 /// `/api/vhosts/{vhost}/channels`.
 pub async fn channels_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = channels_json(&state, Some(&vhost))?;
+    let items = channels_json(&state, &user, Some(&vhost))?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
-fn find(state: &ApiState, name: &str) -> ApiResult<Arc<ConnectionEntry>> {
-    state
+/// One connection, for its owner, and for monitors (GET) or administrators (DELETE), as
+/// RabbitMQ's `is_authorized_user`.
+fn find(
+    state: &ApiState,
+    user: &AuthUser,
+    name: &str,
+    deleting: bool,
+) -> ApiResult<Arc<ConnectionEntry>> {
+    let entry = state
         .broker
         .registry()
         .connection_by_name(name)
-        .ok_or_else(ApiError::not_found)
+        .ok_or_else(ApiError::not_found)?;
+    let by_tag = if deleting {
+        user.is_admin()
+    } else {
+        user.is_monitor()
+    };
+    if by_tag || owns(user, &entry) {
+        Ok(entry)
+    } else {
+        Err(ApiError::not_authorised(
+            "User not authorised to access object",
+        ))
+    }
 }
 
 pub async fn one(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let entry = find(&state, &name)?;
+    let entry = find(&state, &user, &name, false)?;
     Ok(Json(query::project_one(
         connection_json(&state, &entry),
         &params,
@@ -168,10 +224,11 @@ pub async fn one(
 /// the text, as in RabbitMQ.
 pub async fn close(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    let entry = find(&state, &name)?;
+    let entry = find(&state, &user, &name, true)?;
     let reason = headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())
@@ -198,19 +255,21 @@ fn channels_of_entry(state: &ApiState, entry: &ConnectionEntry) -> Vec<Json_> {
 
 pub async fn channels_of(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let entry = find(&state, &name)?;
+    let entry = find(&state, &user, &name, false)?;
     let items = channels_of_entry(&state, &entry);
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
 pub async fn channels(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = channels_json(&state, None)?;
+    let items = channels_json(&state, &user, None)?;
     Ok(Json(query::list(items, &params, &["name"])?))
 }
 
@@ -230,13 +289,16 @@ pub(crate) fn consumers_of_queue(state: &ApiState, vhost: &str, queue: &str) -> 
     out
 }
 
-fn consumers_where(state: &ApiState, vhost: Option<&str>) -> Vec<Json_> {
+/// The consumers a user sees: of one vhost or all, and only those on the user's own
+/// connections unless they are a monitor (RabbitMQ's `filter_user`).
+fn consumers_where(state: &ApiState, user: &AuthUser, vhost: Option<&str>) -> Vec<Json_> {
     state
         .broker
         .registry()
         .connections()
         .iter()
         .filter(|c| vhost.is_none_or(|v| &*c.details.vhost == v))
+        .filter(|c| user.is_monitor() || owns(user, c))
         .flat_map(|c| {
             c.consumers()
                 .iter()
@@ -248,10 +310,11 @@ fn consumers_where(state: &ApiState, vhost: Option<&str>) -> Vec<Json_> {
 
 pub async fn consumers(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
     Ok(Json(query::list(
-        consumers_where(&state, None),
+        consumers_where(&state, &user, None),
         &params,
         &["consumer_tag"],
     )?))
@@ -259,10 +322,14 @@ pub async fn consumers(
 
 pub async fn consumers_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    super::vhost(&state, &vhost_name)?;
-    let items = consumers_where(&state, Some(&vhost_name));
+    state
+        .broker
+        .vhost(&vhost_name)
+        .ok_or_else(ApiError::not_found)?;
+    let items = consumers_where(&state, &user, Some(&vhost_name));
     Ok(Json(query::list(items, &params, &["consumer_tag"])?))
 }

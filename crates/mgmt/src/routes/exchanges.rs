@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use base64::Engine;
 use bytes::BytesMut;
 use serde_json::{json, Value as Json_};
@@ -14,9 +14,11 @@ use warren_core::message::Message;
 use warren_core::queue::QueueCmd;
 use warren_core::registry::GlobalCounters;
 use warren_core::routing::snapshot::MessageFields;
+use warren_core::stats::EXCHANGE_STATS;
 use warren_core::vhost::{ExchangeDeclare, VHost};
 
-use super::{body_object, vhost};
+use super::{body_object, listed_vhosts, message_stats, vhost};
+use crate::auth::AuthUser;
 use crate::convert::{self, flag, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
@@ -25,8 +27,16 @@ use crate::ApiState;
 /// The management API's name of the default exchange in paths.
 pub(crate) const DEFAULT_EXCHANGE: &str = "amq.default";
 
-fn exchange_json(def: &ExchangeDef) -> Json_ {
+/// An exchange's `message_stats`: what was published to it and routed on.
+fn exchange_stats(state: &ApiState, vhost: &VHost, name: &str) -> Json_ {
+    let counts = vhost.exchange_stats().get(name);
+    let rates = state.rates.exchange(vhost.name(), name);
+    Json_::Object(message_stats(&EXCHANGE_STATS, &counts, &rates))
+}
+
+fn exchange_json(state: &ApiState, vhost: &VHost, def: &ExchangeDef) -> Json_ {
     json!({
+        "message_stats": exchange_stats(state, vhost, &def.name),
         "name": def.name.as_ref(),
         "vhost": def.vhost.as_ref(),
         "type": def.kind.as_str(),
@@ -38,34 +48,35 @@ fn exchange_json(def: &ExchangeDef) -> Json_ {
     })
 }
 
-fn default_exchange_json(vhost: &str) -> Json_ {
+fn default_exchange_json(state: &ApiState, vhost: &VHost) -> Json_ {
     json!({
-        "name": "", "vhost": vhost, "type": "direct", "durable": true, "auto_delete": false,
+        "message_stats": exchange_stats(state, vhost, ""),
+        "name": "", "vhost": vhost.name().as_ref(), "type": "direct", "durable": true, "auto_delete": false,
         "internal": false, "arguments": {}, "user_who_performed_action": "rmq-internal",
     })
 }
 
-fn exchanges_of(vhosts: &[Arc<VHost>]) -> Vec<Json_> {
+fn exchanges_of(state: &ApiState, vhosts: &[Arc<VHost>]) -> Vec<Json_> {
     let mut items = Vec::new();
     for vhost in vhosts {
-        items.push(default_exchange_json(vhost.name()));
-        items.extend(vhost.exchanges().iter().map(exchange_json));
+        items.push(default_exchange_json(state, vhost));
+        items.extend(
+            vhost
+                .exchanges()
+                .iter()
+                .map(|def| exchange_json(state, vhost, def)),
+        );
     }
     items
 }
 
 pub async fn list(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhosts: Vec<Arc<VHost>> = state
-        .broker
-        .vhost_names()
-        .iter()
-        .filter_map(|n| state.broker.vhost(n))
-        .collect();
     Ok(Json(query::list(
-        exchanges_of(&vhosts),
+        exchanges_of(&state, &listed_vhosts(&state, &user)),
         &params,
         &["vhost", "name"],
     )?))
@@ -73,10 +84,11 @@ pub async fn list(
 
 pub async fn list_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = exchanges_of(&[vhost(&state, &vhost_name)?]);
+    let items = exchanges_of(&state, &[vhost(&state, &user, &vhost_name)?]);
     Ok(Json(query::list(items, &params, &["vhost", "name"])?))
 }
 
@@ -96,26 +108,29 @@ pub(crate) fn exists(vhost: &VHost, name: &str) -> bool {
 
 pub async fn one(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let name = core_name(&name);
     let item = if name.is_empty() {
-        default_exchange_json(vhost.name())
+        default_exchange_json(&state, &vhost)
     } else {
         let snapshot = vhost.snapshot();
-        exchange_json(snapshot.exchange(name).ok_or_else(ApiError::not_found)?)
+        let def = snapshot.exchange(name).ok_or_else(ApiError::not_found)?;
+        exchange_json(&state, &vhost, def)
     };
     Ok(Json(query::project_one(item, &params)))
 }
 
 pub async fn declare(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let body = body_object(&body)?;
     let kind = convert::text(&body, "type");
     if kind.is_empty() {
@@ -140,10 +155,11 @@ pub async fn declare(
 
 pub async fn delete(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     if !exists(&vhost, &name) {
         return Err(ApiError::not_found());
     }
@@ -156,10 +172,11 @@ pub async fn delete(
 /// "properties"}`; answers `{"routed": bool}`.
 pub async fn publish(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     if !exists(&vhost, &name) {
         return Err(ApiError::not_found());
     }
@@ -228,6 +245,9 @@ pub(crate) async fn publish_message(
         .snapshot()
         .route(exchange, &[routing_key], &mut fields, &mut targets)?;
     count_publish(counters, !targets.is_empty());
+    vhost
+        .exchange_stats()
+        .add(exchange.as_bytes(), 1, targets.len() as u64);
     let message = Arc::new(message);
     for queue in &targets {
         queue

@@ -16,6 +16,7 @@ use axum::{middleware, Router};
 use serde_json::{Map, Value as Json_};
 use warren_core::vhost::VHost;
 
+use crate::auth::AuthUser;
 use crate::error::{ApiError, ApiResult};
 use crate::{auth, ApiState};
 
@@ -191,9 +192,35 @@ pub fn api_router(
         .with_state(state)
 }
 
-/// The vhost named in a path, or 404.
-pub(crate) fn vhost(state: &ApiState, name: &str) -> ApiResult<Arc<VHost>> {
-    state.broker.vhost(name).ok_or_else(ApiError::not_found)
+/// The vhost named in a path, as RabbitMQ's `is_authorized_vhost`: 404 when it does not
+/// exist, 401 when a user other than an administrator has no permissions in it.
+pub(crate) fn vhost(state: &ApiState, user: &AuthUser, name: &str) -> ApiResult<Arc<VHost>> {
+    let vhost = state.broker.vhost(name).ok_or_else(ApiError::not_found)?;
+    if user.is_admin() || user.can_access(&state.broker, name) {
+        Ok(vhost)
+    } else {
+        Err(ApiError::not_authorised(NOT_AUTHORISED_VHOST))
+    }
+}
+
+pub(crate) const NOT_AUTHORISED_VHOST: &str = "User not authorised to access virtual host";
+
+/// The vhosts whose queues, exchanges, bindings and policies a user's lists show (RabbitMQ's
+/// `filter_vhost`): all of them for administrators, else those the user has permissions in.
+pub(crate) fn listed_vhosts(state: &ApiState, user: &AuthUser) -> Vec<Arc<VHost>> {
+    state
+        .broker
+        .vhost_names()
+        .iter()
+        .filter(|name| user.is_admin() || user.can_access(&state.broker, name))
+        .filter_map(|name| state.broker.vhost(name))
+        .collect()
+}
+
+/// The vhosts a user may know of (RabbitMQ's `list_visible_vhosts`): all of them for
+/// monitors and administrators, else those the user has permissions in.
+pub(crate) fn visible_vhost(state: &ApiState, user: &AuthUser, name: &str) -> bool {
+    user.is_monitor() || user.can_access(&state.broker, name)
 }
 
 /// A request body that must be a JSON object (empty is an empty object). Parsed here rather
@@ -209,6 +236,16 @@ pub(crate) fn body_object(body: &[u8]) -> ApiResult<Map<String, Json_>> {
         ))),
         Err(error) => Err(ApiError::bad_request(format!("malformed JSON: {error}"))),
     }
+}
+
+/// RabbitMQ's `message_stats` object: each count with its `*_details` rate.
+pub(crate) fn message_stats(names: &[&str], counts: &[u64], rates: &[f64]) -> Map<String, Json_> {
+    let mut stats = Map::new();
+    for ((name, count), value) in names.iter().zip(counts).zip(rates) {
+        stats.insert((*name).to_string(), Json_::from(*count));
+        stats.insert(format!("{name}_details"), rate(*value));
+    }
+    stats
 }
 
 /// `{"rate": r}`, RabbitMQ's `*_details`.

@@ -8,7 +8,7 @@ use serde_json::{json, Value as Json_};
 use warren_core::alarm::Resource;
 use warren_core::registry::GlobalCounters;
 
-use super::{rate, vhost};
+use super::{rate, vhost, visible_vhost};
 use crate::auth::AuthUser;
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
@@ -17,36 +17,115 @@ use crate::ApiState;
 /// The RabbitMQ release whose management API Warren answers as.
 pub(crate) const RABBITMQ_VERSION: &str = "3.10.8";
 
-pub async fn overview(
-    State(state): State<Arc<ApiState>>,
-    Query(params): Query<Params>,
-) -> Json<Json_> {
-    let totals = state.rates.total();
-    let publishers = state.rates.publishers();
-    let (mut ready, mut unacked, mut delivered, mut acked, mut queues) =
-        (0u64, 0u64, 0u64, 0u64, 0usize);
-    let mut exchanges = 0;
+/// What the overview sums over the queues of the vhosts the user may see.
+#[derive(Default)]
+struct QueueSums {
+    ready: u64,
+    unacked: u64,
+    published: u64,
+    delivered: u64,
+    acked: u64,
+    queues: usize,
+    exchanges: usize,
+    rates: crate::rates::MessageRates,
+}
+
+fn queue_sums(state: &ApiState, user: &AuthUser) -> QueueSums {
+    let mut sums = QueueSums::default();
     for name in state.broker.vhost_names() {
+        if !visible_vhost(state, user, &name) {
+            continue;
+        }
         let Some(vhost) = state.broker.vhost(&name) else {
             continue;
         };
-        exchanges += vhost.exchanges().len() + 1; // and the default exchange
+        sums.exchanges += vhost.exchanges().len() + 1; // and the default exchange
         for queue in vhost.queue_handles() {
             let stats = queue.stats();
-            ready += stats.messages_ready;
-            unacked += stats.messages_unacknowledged;
-            delivered += stats.delivered_total;
-            acked += stats.acknowledged_total;
-            queues += 1;
+            sums.ready += stats.messages_ready;
+            sums.unacked += stats.messages_unacknowledged;
+            sums.published += stats.published_total;
+            sums.delivered += stats.delivered_total;
+            sums.acked += stats.acknowledged_total;
+            sums.queues += 1;
+            crate::rates::add(&mut sums.rates, &state.rates.queue(&name, queue.name()));
         }
     }
+    sums
+}
+
+/// RabbitMQ's overview. Monitors and administrators see the whole broker; other users see
+/// the totals of the vhosts they have permissions in and of their own connections, without
+/// the node's listeners (RabbitMQ's `get_overview(User, Range)`). Their `publish` is what
+/// their vhosts' queues took: Warren counts publishes per connection and broker-wide, not
+/// per vhost.
+pub async fn overview(
+    State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
+    Query(params): Query<Params>,
+) -> Json<Json_> {
+    let sums = queue_sums(&state, &user);
     let registry = state.broker.registry();
-    let connections = registry.connections();
+    let mut connections = registry.connections();
+    connections.retain(|c| user.is_monitor() || c.details.user == user.name);
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
-    let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
     let counters = registry.counters();
-    let received = GlobalCounters::get(&counters.received);
-    let confirmed = GlobalCounters::get(&counters.confirmed);
+    let mut body = json!({
+        "management_version": RABBITMQ_VERSION,
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "product_name": "Warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "erlang_version": "none (Warren is written in Rust)",
+        "cluster_name": state.node,
+        "rates_mode": "basic",
+        "exchange_types": exchange_types(),
+        "message_stats": {
+            "publish": sums.published, "publish_details": rate(sums.rates.publish),
+            "deliver_get": sums.delivered, "deliver_get_details": rate(sums.rates.deliver_get),
+            "ack": sums.acked, "ack_details": rate(sums.rates.ack),
+        },
+        "queue_totals": {
+            "messages": sums.ready + sums.unacked, "messages_details": rate(sums.rates.messages),
+            "messages_ready": sums.ready, "messages_ready_details": rate(sums.rates.messages_ready),
+            "messages_unacknowledged": sums.unacked,
+            "messages_unacknowledged_details": rate(sums.rates.messages_unacknowledged),
+        },
+        "object_totals": {
+            "connections": connections.len(), "channels": channels,
+            "exchanges": sums.exchanges, "queues": sums.queues,
+        },
+        "churn_rates": {
+            "connection_created": GlobalCounters::get(&counters.connections_opened),
+            "connection_closed": GlobalCounters::get(&counters.connections_closed),
+            "channel_created": GlobalCounters::get(&counters.channels_opened),
+            "channel_closed": GlobalCounters::get(&counters.channels_closed),
+        },
+        "statistics_db_event_queue": 0,
+        "disable_stats": false,
+        "enable_queue_totals": true,
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
+                                      "basic": [600, 3600], "detailed": [600]},
+    });
+    if user.is_monitor() {
+        let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+        body["object_totals"]["consumers"] = json!(consumers);
+        add_node_wide(&state, &mut body);
+    }
+    Json(query::project_one(body, &params))
+}
+
+/// The overview's broker-wide parts, for monitors: publisher totals, consumers (RabbitMQ does
+/// not filter them by user), listeners.
+fn add_node_wide(state: &ApiState, body: &mut Json_) {
+    let counters = state.broker.registry().counters();
+    let publishers = state.rates.publishers();
+    let stats = &mut body["message_stats"];
+    stats["publish"] = json!(GlobalCounters::get(&counters.received));
+    stats["publish_details"] = rate(publishers.publish);
+    stats["confirm"] = json!(GlobalCounters::get(&counters.confirmed));
+    stats["confirm_details"] = rate(publishers.confirm);
+    stats["drop_unroutable"] = json!(GlobalCounters::get(&counters.unroutable_dropped));
+    stats["return_unroutable"] = json!(GlobalCounters::get(&counters.unroutable_returned));
     let listeners: Vec<Json_> = state
         .listeners
         .iter()
@@ -55,49 +134,9 @@ pub async fn overview(
                    "ip_address": addr.ip().to_string(), "port": addr.port(), "socket_opts": {}})
         })
         .collect();
-    let body = json!({
-        "management_version": RABBITMQ_VERSION,
-        "rabbitmq_version": RABBITMQ_VERSION,
-        "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
-        "erlang_version": "none (Warren is written in Rust)",
-        "cluster_name": state.node,
-        "node": state.node,
-        "rates_mode": "basic",
-        "exchange_types": exchange_types(),
-        "message_stats": {
-            "publish": received, "publish_details": rate(publishers.publish),
-            "confirm": confirmed, "confirm_details": rate(publishers.confirm),
-            "drop_unroutable": GlobalCounters::get(&counters.unroutable_dropped),
-            "return_unroutable": GlobalCounters::get(&counters.unroutable_returned),
-            "deliver_get": delivered, "deliver_get_details": rate(totals.deliver_get),
-            "ack": acked, "ack_details": rate(totals.ack),
-        },
-        "queue_totals": {
-            "messages": ready + unacked, "messages_details": rate(totals.messages),
-            "messages_ready": ready, "messages_ready_details": rate(totals.messages_ready),
-            "messages_unacknowledged": unacked,
-            "messages_unacknowledged_details": rate(totals.messages_unacknowledged),
-        },
-        "object_totals": {
-            "connections": connections.len(), "channels": channels, "consumers": consumers,
-            "exchanges": exchanges, "queues": queues,
-        },
-        "listeners": listeners,
-        "contexts": [],
-        "statistics_db_event_queue": 0,
-        "disable_stats": false,
-        "enable_queue_totals": true,
-        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
-                                      "basic": [600, 3600], "detailed": [600]},
-        "churn_rates": {
-            "connection_created": GlobalCounters::get(&counters.connections_opened),
-            "connection_closed": GlobalCounters::get(&counters.connections_closed),
-            "channel_created": GlobalCounters::get(&counters.channels_opened),
-            "channel_closed": GlobalCounters::get(&counters.channels_closed),
-        },
-    });
-    Json(query::project_one(body, &params))
+    body["node"] = json!(state.node);
+    body["listeners"] = json!(listeners);
+    body["contexts"] = json!([]);
 }
 
 fn exchange_types() -> Json_ {
@@ -224,9 +263,10 @@ pub async fn virtual_hosts(State(state): State<Arc<ApiState>>) -> Json<Json_> {
 /// Declares `aliveness-test` in the vhost, publishes to it and gets the message back.
 pub async fn aliveness(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let ok = super::queues::aliveness(&state, &vhost).await?;
     if ok {
         Ok(Json(json!({"status": "ok"})))

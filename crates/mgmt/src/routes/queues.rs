@@ -5,12 +5,13 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Map, Value as Json_};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::vhost::{QueueDeclare, VHost};
 
-use super::{body_object, rate, vhost, API_CONNECTION};
+use super::{body_object, listed_vhosts, rate, vhost, API_CONNECTION};
+use crate::auth::AuthUser;
 use crate::convert::{self, flag, payload_to_json, properties_to_json, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
@@ -49,6 +50,7 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
         "messages_unacknowledged": stats.messages_unacknowledged,
         "messages_unacknowledged_details": rate(rates.messages_unacknowledged),
         "message_bytes_ready": stats.message_bytes_ready,
+        "memory": stats.memory_bytes,
         "message_stats": {
             "publish": stats.published_total, "publish_details": rate(rates.publish),
             "deliver_get": stats.delivered_total, "deliver_get_details": rate(rates.deliver_get),
@@ -67,29 +69,22 @@ fn queues_of(state: &ApiState, vhosts: &[Arc<VHost>]) -> Vec<Json_> {
         .collect()
 }
 
-fn all_vhosts(state: &ApiState) -> Vec<Arc<VHost>> {
-    state
-        .broker
-        .vhost_names()
-        .iter()
-        .filter_map(|n| state.broker.vhost(n))
-        .collect()
-}
-
 pub async fn list(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = queues_of(&state, &all_vhosts(&state));
+    let items = queues_of(&state, &listed_vhosts(&state, &user));
     Ok(Json(query::list(items, &params, &["vhost", "name"])?))
 }
 
 pub async fn list_in(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let items = queues_of(&state, &[vhost(&state, &vhost_name)?]);
+    let items = queues_of(&state, &[vhost(&state, &user, &vhost_name)?]);
     Ok(Json(query::list(items, &params, &["vhost", "name"])?))
 }
 
@@ -103,10 +98,11 @@ pub(crate) fn find(vhost: &VHost, name: &str) -> ApiResult<QueueHandle> {
 
 pub async fn one(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let queue = find(&vhost, &name)?;
     let mut item = queue_json(&state, &queue);
     let consumers = super::connections::consumers_of_queue(&state, &vhost_name, &name);
@@ -116,10 +112,11 @@ pub async fn one(
 
 pub async fn declare(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let body = body_object(&body)?;
     let mut arguments = convert::json_to_table(body.get("arguments"))?;
     let kind = queue_type(&body, &arguments)?;
@@ -172,10 +169,11 @@ fn queue_type(
 
 pub async fn delete(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     find(&vhost, &name)?;
     let if_empty = params.get("if-empty").is_some_and(|v| v == "true");
     let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
@@ -187,9 +185,10 @@ pub async fn delete(
 
 pub async fn purge(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     find(&vhost, &name)?;
     vhost.purge_queue(&name, API_CONNECTION).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -199,10 +198,11 @@ pub async fn purge(
 /// (`ackmode`), so that one request sees `count` different messages.
 pub async fn get_messages(
     State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
     Path((vhost_name, name)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<Json_>> {
-    let vhost = vhost(&state, &vhost_name)?;
+    let vhost = vhost(&state, &user, &vhost_name)?;
     let queue = find(&vhost, &name)?;
     let body = body_object(&body)?;
     let count = match body.get("count") {

@@ -9,6 +9,7 @@ use warren_core::access::{Perm, ResourceKind};
 use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::registry::ChannelDetails;
+use warren_core::stats::ChannelStats;
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
 use warren_proto::amqp091::{
     reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, FieldTable, Method, QueueDeclareOk,
@@ -52,6 +53,8 @@ pub struct Channel {
     pub held: VecDeque<warren_core::consumer::Delivery>,
     /// The private queue behind direct reply-to, once the channel consumes from it.
     pub reply_queue: Option<QueueHandle>,
+    /// Message counts the management API shows; this connection is their only writer.
+    pub stats: Arc<ChannelStats>,
 }
 
 #[derive(Debug, Default)]
@@ -125,13 +128,15 @@ impl Connection {
                         cause,
                     ));
                 }
-                self.channels.insert(id, Box::default());
+                let channel = Box::<Channel>::default();
                 if let Some(entry) = self.registry_entry() {
                     entry.set_channel(ChannelDetails {
                         number: id,
+                        stats: channel.stats.clone(),
                         ..ChannelDetails::default()
                     });
                 }
+                self.channels.insert(id, channel);
                 let ok = ChannelOpenOk::default();
                 self.out.method(id, &Method::ChannelOpenOk(ok));
                 return Ok(false);

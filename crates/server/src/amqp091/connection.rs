@@ -208,8 +208,11 @@ impl Connection {
 
     pub(super) async fn flush(&mut self) -> Result<(), Fault> {
         if !self.out.is_empty() {
-            self.out.flush(&mut self.socket_w).await?;
+            let (bytes, writes) = self.out.flush(&mut self.socket_w).await?;
             self.wrote_since_tick = true;
+            if let Some(registration) = &self.registration {
+                registration.entry().stats.sent(bytes, writes);
+            }
         }
         Ok(())
     }
@@ -235,6 +238,9 @@ impl Connection {
                     }
                     self.adapt_read_chunk(read, space);
                     self.read_idle_ticks = 0;
+                    if let Some(entry) = &entry {
+                        entry.stats.received(read as u64);
+                    }
                     self.on_read().await?;
                     self.give_back_read_buffer();
                 }
@@ -278,6 +284,11 @@ impl Connection {
         GlobalCounters::add(&global.unroutable_dropped, counts.unroutable_dropped);
         GlobalCounters::add(&global.unroutable_returned, counts.unroutable_returned);
         GlobalCounters::add(&global.confirmed, counts.confirmed);
+        if let Some(vhost) = &self.vhost {
+            for (exchange, published, routed) in self.pending.exchanges.drain(..) {
+                vhost.exchange_stats().add(&exchange, published, routed);
+            }
+        }
     }
 
     /// Lists the connection in the broker's registry (management API) once it is open.

@@ -15,6 +15,7 @@ use warren_core::limits::{
 };
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
+use warren_core::stats::add_owned;
 use warren_core::vhost::generate_name;
 use warren_proto::amqp091::{
     reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver,
@@ -394,13 +395,24 @@ impl Connection {
             })
             .await
             .map_err(|e| Fault::broker(id, e, cause))?;
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
         let Some(got) = got else {
+            add_owned(&channel.stats.get_empty, 1);
             self.out
                 .method(id, &Method::BasicGetEmpty(BasicGetEmpty::default()));
             return Ok(());
         };
         let delivery = got.delivery;
-        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let stats = &channel.stats;
+        add_owned(
+            if no_ack {
+                &stats.get_no_ack
+            } else {
+                &stats.get
+            },
+            1,
+        );
+        add_owned(&stats.redeliver, u64::from(delivery.redelivered));
         channel.next_delivery_tag += 1;
         let delivery_tag = channel.next_delivery_tag;
         if !no_ack {
@@ -458,6 +470,9 @@ impl Connection {
             }
             channel.unacked.remove(at).into_iter().collect()
         };
+        if op == SettleOp::Ack {
+            add_owned(&channel.stats.ack, settled.len() as u64);
+        }
         if self.tx_settle(id, op, settled.clone()) {
             return Ok(());
         }
@@ -566,6 +581,14 @@ impl Connection {
         let delivery_tag = channel.next_delivery_tag;
         let state = &mut channel.consumers[index];
         state.note_size(delivery.message.size_bytes());
+        let stats = &channel.stats;
+        let counter = if state.no_ack {
+            &stats.deliver_no_ack
+        } else {
+            &stats.deliver
+        };
+        add_owned(counter, 1);
+        add_owned(&stats.redeliver, u64::from(delivery.redelivered));
         if !state.no_ack {
             state.unacked += 1;
             channel.unacked.push_back(Unacked {

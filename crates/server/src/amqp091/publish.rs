@@ -12,6 +12,7 @@ use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::routing::MessageFields;
+use warren_core::stats::add_owned;
 use warren_proto::amqp091::{
     self as wire, reply_code, BasicAck, BasicNack, BasicProperties, BasicPublish, BasicReturn,
     ContentHeader, Method,
@@ -70,7 +71,14 @@ pub struct Pending {
     commit_reply: Option<tokio::sync::oneshot::Sender<bool>>,
     /// Message counts of this turn, added to the broker's totals once per turn.
     pub(super) counts: MessageCounts,
+    /// This turn's publishes by exchange: `(name, published, routed copies)`, added to the
+    /// vhost's exchange counts once per turn; at most `EXCHANGES_PER_TURN_MAX` entries.
+    pub(super) exchanges: Vec<(Bytes, u64, u64)>,
 }
+
+/// Distinct exchanges a turn counts locally; publishes to more go to the vhost's table
+/// directly (a client publishing to that many exchanges in one read is rare).
+const EXCHANGES_PER_TURN_MAX: usize = 8;
 
 /// Per-connection message counts, moved to `GlobalCounters` once per turn (see
 /// `Connection::add_counts`): no shared write per message.
@@ -243,10 +251,12 @@ impl Connection {
         let mut targets = Vec::new();
         self.route(id, &message, &cc, &mut targets)?;
         self.pending.counts.received += 1;
+        self.count_exchange(&message.exchange, targets.len());
         let channel = self
             .channels
             .get_mut(&id)
             .expect("invariant: checked above");
+        add_owned(&channel.stats.publish, 1);
         if let Some(tx) = channel.tx.as_mut() {
             tx.publishes.push((targets, message, publish.mandatory));
             return Ok(());
@@ -263,6 +273,21 @@ impl Connection {
         Ok(())
     }
 
+    /// Counts a publish to `exchange` that reached `routed` queues, for the exchange's
+    /// `publish_in` and `publish_out` (added to the vhost's table once per turn).
+    fn count_exchange(&mut self, exchange: &Bytes, routed: usize) {
+        let routed = routed as u64;
+        let turn = &mut self.pending.exchanges;
+        if let Some(entry) = turn.iter_mut().find(|(name, ..)| name == exchange) {
+            entry.1 += 1;
+            entry.2 += routed;
+        } else if turn.len() < EXCHANGES_PER_TURN_MAX {
+            turn.push((exchange.clone(), 1, routed));
+        } else {
+            self.vhost().exchange_stats().add(exchange, 1, routed);
+        }
+    }
+
     /// Queues `message` for its targets, or returns it to the publisher when mandatory and
     /// unroutable (the return is written before the confirm, as the spec orders).
     fn deliver_published(
@@ -274,8 +299,12 @@ impl Connection {
         tag: u64,
     ) {
         if targets.is_empty() {
+            let stats = self.channels.get(&id).map(|c| &c.stats);
             if mandatory {
                 self.pending.counts.unroutable_returned += 1;
+                if let Some(stats) = stats {
+                    add_owned(&stats.return_unroutable, 1);
+                }
                 let method = Method::BasicReturn(BasicReturn {
                     reply_code: reply_code::NO_ROUTE,
                     reply_text: "NO_ROUTE".into(),
@@ -287,6 +316,9 @@ impl Connection {
                     .content(id, &method, &message.properties, &message.body, frame_max);
             } else {
                 self.pending.counts.unroutable_dropped += 1;
+                if let Some(stats) = stats {
+                    add_owned(&stats.drop_unroutable, 1);
+                }
             }
             return;
         }
@@ -502,7 +534,11 @@ impl Connection {
     /// Sends the confirms at the head of the channel's queue that no ticket holds back,
     /// coalesced into `multiple` acks and nacks; a publish a queue refused is nacked alone.
     fn send_confirms(&mut self, id: u16) {
-        let Some(confirm) = self.channels.get_mut(&id).and_then(|c| c.confirm.as_mut()) else {
+        let Some(channel) = self.channels.get_mut(&id) else {
+            return;
+        };
+        let stats = &channel.stats;
+        let Some(confirm) = channel.confirm.as_mut() else {
             return;
         };
         let mut methods = Vec::new();
@@ -545,6 +581,7 @@ impl Connection {
             methods.push(confirm_method(confirm, up_to, true, &mut confirmed));
         }
         self.pending.counts.confirmed += confirmed;
+        add_owned(&stats.confirm, confirmed);
         for method in methods {
             self.out.method(id, &method);
         }

@@ -106,8 +106,10 @@ impl Writer {
         }
     }
 
-    /// Writes everything queued, in as few syscalls as the socket allows.
-    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    /// Writes everything queued, in as few syscalls as the socket allows; returns the bytes
+    /// written and the write calls it took (the connection's `send_oct` and `send_cnt`).
+    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<(u64, u64)> {
+        let (mut bytes, mut writes) = (0u64, 0u64);
         if self.queued.is_empty() {
             // Small frames only: written from the encode buffer, which stays whole (no write
             // list, no shared handle: an idle connection keeps just the buffer).
@@ -116,6 +118,8 @@ impl Writer {
                 if written == 0 {
                     return Err(std::io::ErrorKind::WriteZero.into());
                 }
+                bytes += written as u64;
+                writes += 1;
                 self.encode.advance(written);
             }
         }
@@ -131,6 +135,8 @@ impl Writer {
             if written == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
+            bytes += written as u64;
+            writes += 1;
             self.queued_bytes -= written;
             while written > 0 {
                 let front = self
@@ -150,6 +156,6 @@ impl Writer {
         if self.encode.capacity() > ENCODE_BUFFER_KEEP_BYTES {
             self.encode = BytesMut::new();
         }
-        Ok(())
+        Ok((bytes, writes))
     }
 }
