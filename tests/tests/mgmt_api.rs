@@ -1034,6 +1034,76 @@ async fn channels_connections_and_exchanges_count_what_passed_through_them() {
     assert_eq!(api.get(&path).await["message_stats"]["publish_in"], 0);
 }
 
+/// A channel shows what it holds: deliveries not yet acked, and in a transaction the publishes
+/// and acks not yet committed (RabbitMQ's `messages_unacknowledged`, `messages_uncommitted`,
+/// `acks_uncommitted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_show_unacked_and_uncommitted_messages() {
+    const COUNT: usize = 7;
+    let broker = TestBroker::start().await;
+    let api = Api::new(&broker);
+    let queue = unique("gauges-q");
+    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+        .await;
+    let connection = broker.connect().await;
+    let publisher = confirm_channel(&connection).await;
+    for _ in 0..COUNT {
+        publish(&publisher, "", &queue, b"held").await;
+    }
+    let holder = bounded!(connection.create_channel()).unwrap();
+    let mut consumer = consume(&holder, &queue, false).await;
+    let mut held = Vec::new();
+    for _ in 0..COUNT {
+        held.push(next_delivery(&mut consumer).await);
+    }
+    let transactional = bounded!(connection.create_channel()).unwrap();
+    bounded!(transactional.tx_select()).unwrap();
+    // Routed nowhere, so that the commit adds no deliveries to the consumer above.
+    let nowhere = unique("gauges-nowhere");
+    for _ in 0..3 {
+        let publish = transactional.basic_publish(
+            "".into(),
+            nowhere.as_str().into(),
+            lapin::options::BasicPublishOptions::default(),
+            b"uncommitted",
+            lapin::BasicProperties::default(),
+        );
+        bounded!(publish).unwrap();
+    }
+    let channel_with = |key: &'static str, value: usize| {
+        let api = &api;
+        async move {
+            let channels = api.get("/api/channels").await;
+            channels.as_array().unwrap().iter().any(|c| c[key] == value)
+        }
+    };
+    eventually("a channel shows its unacked deliveries", LIMIT, || {
+        channel_with("messages_unacknowledged", COUNT)
+    })
+    .await;
+    eventually(
+        "a transaction shows its uncommitted publishes",
+        LIMIT,
+        || channel_with("messages_uncommitted", 3),
+    )
+    .await;
+    tracing::info!("acked and committed, every gauge is back to zero");
+    for delivery in held {
+        bounded!(delivery.ack(BasicAckOptions::default())).unwrap();
+    }
+    bounded!(transactional.tx_commit()).unwrap();
+    eventually("the gauges fall back to zero", LIMIT, || async {
+        let channels = api.get("/api/channels").await;
+        channels.as_array().unwrap().iter().all(|c| {
+            c["messages_unacknowledged"] == 0
+                && c["messages_uncommitted"] == 0
+                && c["messages_unconfirmed"] == 0
+                && c["acks_uncommitted"] == 0
+        })
+    })
+    .await;
+}
+
 /// The samples of one metric in Prometheus text: `(labels, value)`.
 fn series(text: &str, metric: &str) -> Vec<(String, f64)> {
     text.lines()

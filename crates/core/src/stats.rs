@@ -54,9 +54,39 @@ pub struct ChannelStats {
     pub get_empty: AtomicU64,
     pub ack: AtomicU64,
     pub redeliver: AtomicU64,
+    /// Gauges, set once per turn: deliveries waiting for an ack, publishes waiting for a
+    /// confirm, and publishes and acks waiting for tx.commit.
+    pub unacked: AtomicU64,
+    pub unconfirmed: AtomicU64,
+    pub uncommitted_messages: AtomicU64,
+    pub uncommitted_acks: AtomicU64,
 }
 
 impl ChannelStats {
+    /// Sets the gauges (see `unacked`): `[unacked, unconfirmed, uncommitted messages,
+    /// uncommitted acks]`.
+    pub fn set_gauges(&self, gauges: [u64; 4]) {
+        let fields = [
+            &self.unacked,
+            &self.unconfirmed,
+            &self.uncommitted_messages,
+            &self.uncommitted_acks,
+        ];
+        for (field, value) in fields.into_iter().zip(gauges) {
+            field.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// The gauges in `set_gauges`' order.
+    pub fn gauges(&self) -> [u64; 4] {
+        [
+            read(&self.unacked),
+            read(&self.unconfirmed),
+            read(&self.uncommitted_messages),
+            read(&self.uncommitted_acks),
+        ]
+    }
+
     /// The counts in [`CHANNEL_STATS`]'s order.
     pub fn snapshot(&self) -> [u64; 11] {
         [

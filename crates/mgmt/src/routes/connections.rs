@@ -62,8 +62,13 @@ fn channel_json(
     let deliver_get_rate: f64 = rates.iter().skip(4).take(4).sum();
     stats.insert("deliver_get".into(), json!(deliver_get));
     stats.insert("deliver_get_details".into(), rate(deliver_get_rate));
+    let [unacked, unconfirmed, uncommitted, acks_uncommitted] = channel.stats.gauges();
     json!({
         "message_stats": stats,
+        "messages_unacknowledged": unacked,
+        "messages_unconfirmed": unconfirmed,
+        "messages_uncommitted": uncommitted,
+        "acks_uncommitted": acks_uncommitted,
         "name": format!("{} ({})", entry.name(), channel.number),
         "number": channel.number,
         "node": state.node,

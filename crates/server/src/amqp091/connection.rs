@@ -269,6 +269,7 @@ impl Connection {
             self.grant_credit().await;
             self.flush().await?;
             self.add_counts();
+            self.set_channel_gauges();
         }
     }
 
@@ -288,6 +289,24 @@ impl Connection {
             for (exchange, published, routed) in self.pending.exchanges.drain(..) {
                 vhost.exchange_stats().add(&exchange, published, routed);
             }
+        }
+    }
+
+    /// Publishes each channel's unacked, unconfirmed and uncommitted counts for the management
+    /// API: a store per channel and turn.
+    fn set_channel_gauges(&self) {
+        for channel in self.channels.values() {
+            let unconfirmed = channel
+                .confirm
+                .as_ref()
+                .map_or(0, |c| c.published.saturating_sub(c.acked));
+            let (messages, acks) = channel.tx.as_ref().map_or((0, 0), |tx| tx.uncommitted());
+            channel.stats.set_gauges([
+                channel.unacked.len() as u64,
+                unconfirmed,
+                messages as u64,
+                acks as u64,
+            ]);
         }
     }
 

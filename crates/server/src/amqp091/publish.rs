@@ -51,6 +51,14 @@ pub struct TxBuffer {
     settles: Vec<(SettleOp, Unacked)>,
 }
 
+impl TxBuffer {
+    /// Publishes and acks waiting for tx.commit (the management API's
+    /// `messages_uncommitted` and `acks_uncommitted`).
+    pub fn uncommitted(&self) -> (usize, usize) {
+        (self.publishes.len(), self.settles.len())
+    }
+}
+
 /// The publishes for one queue collected in one read.
 struct QueueBatch {
     queue: QueueHandle,
