@@ -53,8 +53,10 @@ async fn broker_sends_heartbeats_and_keeps_a_heartbeating_client() {
             ),
         }
     }
+    // About one every half interval, as RabbitMQ (heartbeats.md: "sent about every heartbeat
+    // timeout / 2 seconds"): some 9 in 4.5 s.
     assert!(
-        heartbeats >= 2,
+        heartbeats >= 6,
         "only {heartbeats} heartbeats from the broker in 4.5 s"
     );
     // Still usable.

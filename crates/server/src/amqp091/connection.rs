@@ -102,6 +102,8 @@ pub struct Connection {
     pub(super) read_idle_ticks: u32,
     /// Whether anything was written since the last heartbeat tick.
     wrote_since_tick: bool,
+    /// Whether the last tick sent a heartbeat (then `wrote_since_tick` counts it).
+    sent_heartbeat: bool,
     closed_by_client: bool,
     /// Kept from connection.start-ok until the connection registers (see
     /// `ConnectionDetails::client_properties`).
@@ -145,6 +147,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         throttle,
         read_idle_ticks: 0,
         wrote_since_tick: false,
+        sent_heartbeat: false,
         closed_by_client: false,
         client_properties: bytes::Bytes::new(),
         registration: None,
@@ -389,7 +392,11 @@ impl Connection {
             );
             return Err(Fault::Gone("missed heartbeats".into()));
         }
-        if !std::mem::take(&mut self.wrote_since_tick) && self.out.is_empty() {
+        // As RabbitMQ, an idle connection gets a heartbeat every half interval (a tick): one
+        // written since the last tick, if that was only our heartbeat, is idle too.
+        let wrote = std::mem::take(&mut self.wrote_since_tick);
+        self.sent_heartbeat = (!wrote || self.sent_heartbeat) && self.out.is_empty();
+        if self.sent_heartbeat {
             // Quiet for half an interval: no need to keep what the last burst grew.
             self.out.shrink();
             self.out.heartbeat();
