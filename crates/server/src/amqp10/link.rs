@@ -19,9 +19,11 @@ use warren_proto::amqp10::{
 
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
-use super::convert;
 use super::management::MANAGEMENT_ADDRESS;
 use super::session::Unsettled;
+
+/// Capacity kept for a delivery's sections between deliveries.
+const DELIVERY_PREFIX_KEEP_BYTES: usize = 4096;
 
 pub enum Link {
     /// The client sends: we receive and publish.
@@ -43,15 +45,31 @@ pub struct ManagementLink {
 /// Where an incoming link's messages go.
 #[derive(Debug, Clone)]
 pub enum LinkTarget {
-    Exchange {
-        exchange: String,
-        routing_key: String,
-    },
-    Queue(String),
+    Exchange { exchange: Name, routing_key: Name },
+    Queue(Name),
     /// The null target: each message's `to` says where it goes.
     Anonymous,
     /// The management node: messages are requests.
     Management,
+}
+
+/// An exchange, queue or routing key from a link's address, held as the bytes each message
+/// carries: a message takes a handle on them instead of a copy.
+#[derive(Debug, Clone)]
+pub struct Name(Bytes);
+
+impl Name {
+    pub fn new(text: String) -> Name {
+        Name(Bytes::from(text))
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("invariant: a Name is built from a String")
+    }
+
+    pub fn bytes(&self) -> Bytes {
+        self.0.clone()
+    }
 }
 
 pub struct IncomingLink {
@@ -109,7 +127,7 @@ impl Connection {
                     // Through the default exchange, as RabbitMQ: write on amq.default.
                     self.check(Perm::Write, ResourceKind::Exchange, "")?;
                     self.vhost().queue(&queue, self.id).map_err(broker_error)?;
-                    LinkTarget::Queue(queue)
+                    LinkTarget::Queue(Name::new(queue))
                 }
                 Ok(Address::Exchange {
                     exchange,
@@ -118,8 +136,8 @@ impl Connection {
                     self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                     self.check_exchange(&exchange)?;
                     LinkTarget::Exchange {
-                        exchange,
-                        routing_key,
+                        exchange: Name::new(exchange),
+                        routing_key: Name::new(routing_key),
                     }
                 }
             },
@@ -488,8 +506,13 @@ impl Connection {
         let delivery_id = session.next_outgoing_id;
         let message = &delivery.message;
         let properties = crate::amqp091::delivery_properties(message);
-        let mut prefix = BytesMut::new();
-        let body = convert::to_amqp10(message, &properties, delivery.redelivered, &mut prefix);
+        self.delivery_prefix.clear();
+        let body = self.to_amqp10.to_amqp10(
+            message,
+            &properties,
+            delivery.redelivered,
+            &mut self.delivery_prefix,
+        );
         let transfer = Transfer {
             handle,
             delivery_id: Some(delivery_id),
@@ -498,15 +521,22 @@ impl Connection {
             settled: Some(settled),
             ..Transfer::default()
         };
-        let frames = self
-            .out
-            .transfer(channel, transfer, &prefix, &body, max_frame_size);
+        let frames = self.out.transfer(
+            channel,
+            transfer,
+            &self.delivery_prefix,
+            &body,
+            max_frame_size,
+        );
         let session = self
             .sessions
             .get_mut(&channel)
             .expect("invariant: looked up above");
         session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
         session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+        if self.delivery_prefix.capacity() > DELIVERY_PREFIX_KEEP_BYTES {
+            self.delivery_prefix = BytesMut::new();
+        }
         if !settled {
             session.unsettled.insert(
                 delivery_id,

@@ -184,18 +184,23 @@ impl Connection {
         settled: bool,
         raw: Bytes,
     ) -> Result<(), Fault> {
-        let sections = Sections::decode(&raw).map_err(|error| {
-            Fault::close(
-                condition::DECODE_ERROR,
-                format!("malformed message: {error}"),
-            )
-        })?;
+        let (converted, body) = match self.from_amqp10.lookup(&raw) {
+            Some(hit) => hit,
+            None => {
+                let sections = Sections::decode(&raw).map_err(|error| {
+                    Fault::close(
+                        condition::DECODE_ERROR,
+                        format!("malformed message: {error}"),
+                    )
+                })?;
+                let (converted, body) = convert::convert(&sections, &raw);
+                self.from_amqp10.store(&raw, &sections, &converted);
+                (converted, body)
+            }
+        };
         // A user-id property must name the authenticated user. RabbitMQ ends the session;
         // Warren rejects the message, which every client reports on the send that caused it.
-        let user_id = sections
-            .properties
-            .as_ref()
-            .and_then(|p| p.user_id.as_ref());
+        let user_id = converted.user_id.as_ref();
         if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
             let text = format!(
                 "user_id property set to '{}' but authenticated user was '{}'",
@@ -209,7 +214,7 @@ impl Connection {
             }
             return Ok(());
         }
-        let (exchange, routing_key) = match self.destination(target, &sections) {
+        let (exchange, routing_key) = match self.destination(target, converted.to.as_deref()) {
             Ok(to) => to,
             Err(error) => {
                 if !settled {
@@ -219,19 +224,15 @@ impl Connection {
                 return Ok(());
             }
         };
-        let (props, body) = convert::to_amqp091(&sections, &raw);
-        let header = sections.header.as_ref();
-        let mut properties = BytesMut::new();
-        props.encode(&mut properties);
         let message = Arc::new(Message {
             format: Format::Amqp091,
-            exchange: Bytes::from(exchange),
-            routing_key: Bytes::from(routing_key),
-            properties: properties.freeze(),
+            exchange,
+            routing_key,
+            properties: converted.properties,
             body,
-            persistent: header.is_some_and(|h| h.durable),
-            priority: header.and_then(|h| h.priority).unwrap_or(0),
-            expiration_ms: header.and_then(|h| h.ttl),
+            persistent: converted.persistent,
+            priority: converted.priority,
+            expiration_ms: converted.expiration_ms,
             deaths: None,
         });
         let mut targets = Vec::new();
@@ -275,31 +276,31 @@ impl Connection {
         Ok(())
     }
 
-    /// The exchange and routing key of a message on a link with `target`.
+    /// The exchange and routing key of a message on a link with `target`, whose `to` property
+    /// is `to`.
     fn destination(
         &self,
         target: &LinkTarget,
-        sections: &Sections,
-    ) -> Result<(String, String), AmqpError> {
+        to: Option<&str>,
+    ) -> Result<(Bytes, Bytes), AmqpError> {
         match target {
             // Checked at attach too; again here so that revoked permissions apply at once.
             LinkTarget::Exchange {
                 exchange,
                 routing_key,
             } => {
-                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
-                Ok((exchange.clone(), routing_key.clone()))
+                self.check(Perm::Write, ResourceKind::Exchange, exchange.as_str())?;
+                Ok((exchange.bytes(), routing_key.bytes()))
             }
             LinkTarget::Queue(queue) => {
                 self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                Ok((String::new(), queue.clone()))
+                Ok((Bytes::new(), queue.bytes()))
             }
             LinkTarget::Management => Err(AmqpError::new(
                 condition::NOT_ALLOWED,
                 "the management node takes requests, not messages to route",
             )),
             LinkTarget::Anonymous => {
-                let to = sections.properties.as_ref().and_then(|p| p.to.as_deref());
                 let Some(to) = to else {
                     return Err(AmqpError::new(
                         condition::PRECONDITION_FAILED,
@@ -309,7 +310,7 @@ impl Connection {
                 match address::parse(to) {
                     Ok(Address::Queue(queue)) => {
                         self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                        Ok((String::new(), queue))
+                        Ok((Bytes::new(), Bytes::from(queue)))
                     }
                     Ok(Address::Exchange {
                         exchange,
@@ -317,7 +318,7 @@ impl Connection {
                     }) => {
                         self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                         self.check_exchange(&exchange)?;
-                        Ok((exchange, routing_key))
+                        Ok((Bytes::from(exchange), Bytes::from(routing_key)))
                     }
                     Err(text) => Err(AmqpError::new(condition::PRECONDITION_FAILED, text)),
                 }
