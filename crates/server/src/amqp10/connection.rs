@@ -128,6 +128,8 @@ pub struct Connection {
     pub(super) to_amqp10: convert::Amqp10Memo,
     /// A delivery's sections before its body, reused from one delivery to the next.
     pub(super) delivery_prefix: BytesMut,
+    /// The block delivery tags are cut from.
+    pub(super) delivery_tags: BytesMut,
     /// Memory and disk alarms: while one is in effect, publishing links get no new credit.
     alarms: watch::Receiver<AlarmSet>,
     /// Changes to users, vhosts and permissions.
@@ -173,6 +175,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         from_amqp10: convert::Amqp091Memo::default(),
         to_amqp10: convert::Amqp10Memo::default(),
         delivery_prefix: BytesMut::new(),
+        delivery_tags: BytesMut::new(),
         alarms,
         access,
         last_read: Instant::now(),

@@ -20,7 +20,7 @@ use warren_proto::amqp10::{
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
 use super::management::MANAGEMENT_ADDRESS;
-use super::session::Unsettled;
+use super::unsettled::Unsettled;
 
 /// Capacity kept for a delivery's sections between deliveries.
 const DELIVERY_PREFIX_KEEP_BYTES: usize = 4096;
@@ -516,7 +516,7 @@ impl Connection {
         let transfer = Transfer {
             handle,
             delivery_id: Some(delivery_id),
-            delivery_tag: Some(Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+            delivery_tag: Some(delivery_tag(&mut self.delivery_tags, delivery_id)),
             message_format: Some(0),
             settled: Some(settled),
             ..Transfer::default()
@@ -552,7 +552,7 @@ impl Connection {
     /// The client settles deliveries we sent (role receiver); as a sender it has nothing to
     /// settle with us (we settle its transfers ourselves).
     pub(super) fn on_disposition(&mut self, channel: u16, d: Disposition) -> Result<(), Fault> {
-        let session = self.session(channel)?;
+        self.session(channel)?;
         if d.role != ROLE_RECEIVER {
             return Ok(());
         }
@@ -573,20 +573,14 @@ impl Connection {
         let Some(op) = op else {
             return Ok(());
         };
-        let ids: Vec<u32> = session
+        let session = self
+            .sessions
+            .get_mut(&channel)
+            .expect("invariant: self.session found it");
+        let pending = &mut self.pending;
+        session
             .unsettled
-            .range(d.first..=last)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut settled = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(u) = session.unsettled.remove(&id) {
-                settled.push((u.queue, u.seq));
-            }
-        }
-        for (queue, seq) in settled {
-            self.pending.settle(&queue, op, seq);
-        }
+            .take_range(d.first, last, |u| pending.settle(&u.queue, op, u.seq));
         Ok(())
     }
 
@@ -601,7 +595,7 @@ impl Connection {
         let Some(Link::Outgoing(link)) = session.links.remove(&handle) else {
             return;
         };
-        session.unsettled.retain(|_, u| u.handle != handle);
+        session.unsettled.take_where(|u| u.handle == handle, drop);
         session.waiting.retain(|(h, _)| *h != handle);
         let detach = Detach {
             handle,
@@ -622,6 +616,20 @@ impl Connection {
     fn frame_size_out_max(&self) -> u32 {
         super::connection::frame_size_limit(self.shared.config.frame_max)
     }
+}
+
+/// Bytes of the block delivery tags are cut from.
+const DELIVERY_TAG_BLOCK_BYTES: usize = 4096;
+
+/// The tag of delivery `id` (its id, 4 bytes), cut from a block shared by the tags of many
+/// deliveries: no allocation of its own.
+fn delivery_tag(tags: &mut BytesMut, id: u32) -> Bytes {
+    let bytes = id.to_be_bytes();
+    if tags.capacity() - tags.len() < bytes.len() {
+        *tags = BytesMut::with_capacity(DELIVERY_TAG_BLOCK_BYTES);
+    }
+    tags.extend_from_slice(&bytes);
+    tags.split().freeze()
 }
 
 /// Credit to give the queue now: what the client's credit allows beyond the deliveries already
