@@ -20,6 +20,7 @@ use tokio::time::MissedTickBehavior;
 use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
+use warren_core::queue::QueueHandle;
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp10::condition;
@@ -130,6 +131,8 @@ pub struct Connection {
     pub(super) delivery_prefix: BytesMut,
     /// The block delivery tags are cut from.
     pub(super) delivery_tags: BytesMut,
+    /// The queues a publish is routed to, kept empty between publishes.
+    pub(super) route_targets: Vec<QueueHandle>,
     /// Memory and disk alarms: while one is in effect, publishing links get no new credit.
     alarms: watch::Receiver<AlarmSet>,
     /// Changes to users, vhosts and permissions.
@@ -176,6 +179,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         to_amqp10: convert::Amqp10Memo::default(),
         delivery_prefix: BytesMut::new(),
         delivery_tags: BytesMut::new(),
+        route_targets: Vec::new(),
         alarms,
         access,
         last_read: Instant::now(),

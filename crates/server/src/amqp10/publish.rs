@@ -146,15 +146,15 @@ impl Connection {
         if transfer.settled == Some(true) {
             assembly.settled = true;
         }
-        assembly.chunks.push(payload);
         if transfer.more {
+            assembly.chunks.push(payload);
             return Ok(());
         }
         let assembly = link.assembly.take().expect("invariant: set above");
         link.credit = link.credit.saturating_sub(1);
         link.delivery_count = link.delivery_count.wrapping_add(1);
         let target = link.target.clone();
-        let raw = join(assembly.chunks);
+        let raw = join(assembly.chunks, payload);
         if matches!(target, LinkTarget::Management) {
             self.pending.management.push(Request { channel, raw });
             if !assembly.settled {
@@ -235,7 +235,9 @@ impl Connection {
             expiration_ms: converted.expiration_ms,
             deaths: None,
         });
-        let mut targets = Vec::new();
+        // A vector kept from the last publish (no allocation per message).
+        let mut targets = std::mem::take(&mut self.route_targets);
+        targets.clear();
         if let Err(error) = self.route(&message, &mut targets) {
             if matches!(target, LinkTarget::Anonymous) {
                 if !settled {
@@ -273,6 +275,8 @@ impl Connection {
         if !settled {
             self.pending.unconfirmed.push((channel, delivery_id, waits));
         }
+        targets.clear();
+        self.route_targets = targets;
         Ok(())
     }
 
@@ -539,12 +543,15 @@ fn stores_durably(queue: &QueueHandle) -> bool {
     def.durable && def.exclusive_owner.is_none()
 }
 
-fn join(chunks: Vec<Bytes>) -> Bytes {
-    if chunks.len() == 1 {
-        return chunks.into_iter().next().unwrap_or_default();
+/// A message from the payloads of its transfers: `chunks` then `last`.
+fn join(chunks: Vec<Bytes>, last: Bytes) -> Bytes {
+    if chunks.is_empty() {
+        return last;
     }
     // A message split over frames is joined once; single-frame messages stay zero-copy.
-    let mut body = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    let size = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
+    let mut body = BytesMut::with_capacity(size);
     chunks.iter().for_each(|c| body.extend_from_slice(c));
+    body.extend_from_slice(&last);
     body.freeze()
 }
