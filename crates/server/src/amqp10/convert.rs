@@ -316,7 +316,13 @@ impl Amqp10Memo {
         } else {
             let start = out.len();
             let amqp10_body = write_sections(message, properties, redelivered, out);
-            self.store(message, properties, redelivered, amqp10_body, out.get(start..));
+            self.store(
+                message,
+                properties,
+                redelivered,
+                amqp10_body,
+                out.get(start..),
+            );
         }
         if !self.amqp10_body {
             encode_data_head(out, message.body.len());
@@ -433,9 +439,10 @@ impl Amqp091Memo {
 fn data_section_head_len(tail: &[u8]) -> Option<usize> {
     let (head_len, size) = match tail {
         [0x00, 0x53, 0x75, 0xa0, n, ..] => (5, usize::from(*n)),
-        [0x00, 0x53, 0x75, 0xb0, a, b, c, d, ..] => {
-            (8, usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?)
-        }
+        [0x00, 0x53, 0x75, 0xb0, a, b, c, d, ..] => (
+            8,
+            usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?,
+        ),
         _ => return None,
     };
     (tail.len().checked_sub(head_len)? == size).then_some(head_len)
@@ -572,8 +579,7 @@ mod tests {
         for (message, redelivered) in &cases {
             let (mut plain, mut memoized) = (BytesMut::new(), BytesMut::from(&b"xy"[..]));
             let body = to_amqp10(message, &message.properties, *redelivered, &mut plain);
-            let body2 =
-                memo.to_amqp10(message, &message.properties, *redelivered, &mut memoized);
+            let body2 = memo.to_amqp10(message, &message.properties, *redelivered, &mut memoized);
             assert_eq!(body, body2);
             assert_eq!(&memoized[2..], &plain[..]);
         }
@@ -601,7 +607,10 @@ mod tests {
         let (converted, body) = convert(&sections, &first);
         memo.store(&first, &sections, &converted);
         assert_eq!(&body[..], b"one");
-        for message in [encode(Some(&header), b"two"), encode(Some(&header), &[7; 300])] {
+        for message in [
+            encode(Some(&header), b"two"),
+            encode(Some(&header), &[7; 300]),
+        ] {
             let (hit, body) = memo.lookup(&message).expect("same head");
             let sections = Sections::decode(&message).unwrap();
             assert_eq!((hit, body), convert(&sections, &message));

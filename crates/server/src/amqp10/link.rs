@@ -45,7 +45,10 @@ pub struct ManagementLink {
 /// Where an incoming link's messages go.
 #[derive(Debug, Clone)]
 pub enum LinkTarget {
-    Exchange { exchange: Name, routing_key: Name },
+    Exchange {
+        exchange: Name,
+        routing_key: Name,
+    },
     Queue(Name),
     /// The null target: each message's `to` says where it goes.
     Anonymous,

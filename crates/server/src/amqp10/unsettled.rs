@@ -104,7 +104,11 @@ impl<T> UnsettledDeliveries<T> {
 
     /// Drops the holes at the front, and all of them when they outnumber the live deliveries.
     fn tidy(&mut self) {
-        while self.entries.front().is_some_and(|(_, entry)| entry.is_none()) {
+        while self
+            .entries
+            .front()
+            .is_some_and(|(_, entry)| entry.is_none())
+        {
             self.entries.pop_front();
         }
         let holes = self.entries.len() - self.live;
