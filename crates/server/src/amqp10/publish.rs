@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
@@ -417,8 +417,8 @@ impl Connection {
         self.write_outcomes();
     }
 
-    /// Hands a batch to a queue: its credit first, then a mailbox slot. Meanwhile this
-    /// connection keeps serving its own consumers (it may consume from the same queue).
+    /// Hands a batch to a queue (`QueueHandle::publish_serving`). Meanwhile this connection
+    /// keeps serving its own consumers (it may consume from the same queue).
     async fn send_publishes(
         &mut self,
         queue: &QueueHandle,
@@ -427,31 +427,9 @@ impl Connection {
         tags: Vec<u64>,
     ) {
         let outbox = self.outbox.clone();
-        let credit = queue.acquire_credit(batch.len());
-        tokio::pin!(credit);
-        let mut credit_taken = None;
-        loop {
-            tokio::select! {
-                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
-                permit = queue.reserve_data(), if credit_taken.is_some() => {
-                    if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish {
-                            messages: batch,
-                            confirm,
-                            tags,
-                            credit: credit_taken,
-                        });
-                    }
-                    return;
-                }
-                () = outbox.notified() => {
-                    self.on_events_now();
-                    if self.flush().await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+        queue
+            .publish_serving(batch, confirm, tags, &outbox, self)
+            .await;
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
@@ -554,4 +532,11 @@ fn join(chunks: Vec<Bytes>, last: Bytes) -> Bytes {
     chunks.iter().for_each(|c| body.extend_from_slice(c));
     body.extend_from_slice(&last);
     body.freeze()
+}
+
+impl ServeWhileWaiting for Connection {
+    async fn serve(&mut self) -> bool {
+        self.on_events_now();
+        self.flush().await.is_ok()
+    }
 }
