@@ -298,8 +298,9 @@ pub struct Amqp10Memo {
 }
 
 impl Amqp10Memo {
-    /// `to_amqp10`, writing the same bytes, from the memo when the inputs are the last ones.
-    pub fn to_amqp10(
+    /// Writes what `to_amqp10` writes and returns the body, from the memo when the inputs are
+    /// the last ones.
+    pub fn write(
         &mut self,
         message: &Message,
         properties: &Bytes,
@@ -579,7 +580,7 @@ mod tests {
         for (message, redelivered) in &cases {
             let (mut plain, mut memoized) = (BytesMut::new(), BytesMut::from(&b"xy"[..]));
             let body = to_amqp10(message, &message.properties, *redelivered, &mut plain);
-            let body2 = memo.to_amqp10(message, &message.properties, *redelivered, &mut memoized);
+            let body2 = memo.write(message, &message.properties, *redelivered, &mut memoized);
             assert_eq!(body, body2);
             assert_eq!(&memoized[2..], &plain[..]);
         }

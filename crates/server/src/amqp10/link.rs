@@ -510,7 +510,7 @@ impl Connection {
         let message = &delivery.message;
         let properties = crate::amqp091::delivery_properties(message);
         self.delivery_prefix.clear();
-        let body = self.to_amqp10.to_amqp10(
+        let body = self.to_amqp10.write(
             message,
             &properties,
             delivery.redelivered,
