@@ -417,7 +417,11 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, batch, confirm, tags).await;
+            // Served meanwhile (it may consume from the same queue): see `publish_serving`.
+            let outbox = self.outbox.clone();
+            queue
+                .publish_serving(batch, confirm, tags, &outbox, self)
+                .await;
         }
         // What this flush's confirms wait for, if anything.
         let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
@@ -548,21 +552,6 @@ impl Connection {
         for method in methods {
             self.out.method(id, &method);
         }
-    }
-
-    /// Hands a batch to a queue (`QueueHandle::publish_serving`), serving this connection's
-    /// consumers while the batch waits for the queue's credit or mailbox.
-    async fn send_publishes(
-        &mut self,
-        queue: &QueueHandle,
-        batch: Vec<Arc<Message>>,
-        confirm: Option<ConfirmTicket>,
-        tags: Vec<u64>,
-    ) {
-        let outbox = self.outbox.clone();
-        queue
-            .publish_serving(batch, confirm, tags, &outbox, self)
-            .await;
     }
 
     pub(super) fn tx_settle(&mut self, id: u16, op: SettleOp, unacked: Vec<Unacked>) -> bool {

@@ -383,7 +383,11 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, messages, confirm, tags).await;
+            // Served meanwhile (it may consume from the same queue): see `publish_serving`.
+            let outbox = self.outbox.clone();
+            queue
+                .publish_serving(messages, confirm, tags, &outbox, self)
+                .await;
         }
         self.pending.publishes = publishes;
         let ticket_id = ticket.is_some().then_some(self.pending.next_ticket);
@@ -415,21 +419,6 @@ impl Connection {
         }
         self.pending.settles = settles;
         self.write_outcomes();
-    }
-
-    /// Hands a batch to a queue (`QueueHandle::publish_serving`). Meanwhile this connection
-    /// keeps serving its own consumers (it may consume from the same queue).
-    async fn send_publishes(
-        &mut self,
-        queue: &QueueHandle,
-        batch: Vec<Arc<Message>>,
-        confirm: Option<ConfirmTicket>,
-        tags: Vec<u64>,
-    ) {
-        let outbox = self.outbox.clone();
-        queue
-            .publish_serving(batch, confirm, tags, &outbox, self)
-            .await;
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
