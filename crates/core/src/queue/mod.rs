@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery};
+use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery, Outbox};
 use crate::error::{resource_name, BrokerError};
 use crate::message::Message;
 use crate::value::Table;
@@ -176,6 +176,14 @@ impl fmt::Debug for QueueHandle {
     }
 }
 
+/// A connection that keeps serving its consumers while its publishes wait for a queue
+/// (`QueueHandle::publish_serving`).
+pub trait ServeWhileWaiting {
+    /// Takes the connection's events and writes what they produced; `false` when its socket
+    /// is gone.
+    fn serve(&mut self) -> impl std::future::Future<Output = bool> + Send;
+}
+
 impl QueueHandle {
     /// `credit` is the number of messages publishers may have in flight to the queue
     /// (at least 1).
@@ -283,6 +291,47 @@ impl QueueHandle {
             .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))?;
         permit.send(cmd);
         Ok(())
+    }
+
+    /// Hands a batch of publishes to the queue: its credit first (waiting in turn with the
+    /// queue's other publishers), then a mailbox slot. Meanwhile, each time `outbox` wakes,
+    /// `connection` is served: it takes its deliveries, since a connection that publishes to
+    /// and consumes from the same busy queue must keep taking them, or neither side would
+    /// move. `serve` returning `false` (the socket is gone) gives the batch up, and so does a
+    /// queue deleted meanwhile (the route was taken before).
+    /// The AMQP 0.9.1 and AMQP 1.0 connections both publish through here.
+    pub async fn publish_serving(
+        &self,
+        messages: Vec<Arc<Message>>,
+        confirm: Option<ConfirmTicket>,
+        tags: Vec<u64>,
+        outbox: &Outbox,
+        connection: &mut impl ServeWhileWaiting,
+    ) {
+        let credit = self.acquire_credit(messages.len());
+        tokio::pin!(credit);
+        let mut credit_taken = None;
+        loop {
+            tokio::select! {
+                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
+                permit = self.reserve_data(), if credit_taken.is_some() => {
+                    if let Ok(permit) = permit {
+                        permit.send(QueueCmd::Publish {
+                            messages,
+                            confirm,
+                            tags,
+                            credit: credit_taken,
+                        });
+                    }
+                    return;
+                }
+                () = outbox.notified() => {
+                    if !connection.serve().await {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Waits for room in the data mailbox (cancel-safe, unlike `send`): lets a connection keep

@@ -227,7 +227,18 @@ impl ReadyQueue {
 
 /// The index in `fresh` of live message `seq`.
 fn find(level: &Level, seq: u64) -> Option<usize> {
-    let at = level.fresh.binary_search_by_key(&seq, |r| r.seq).ok()?;
+    // Sequence numbers in `fresh` ascend without repeats, so `seq` stands at least
+    // `back - seq` places before the back, and exactly there when no number between them is
+    // missing: the common case of a message enqueued in this turn, found without a search.
+    let back = level.fresh.back()?.seq;
+    let from_back = usize::try_from(back.checked_sub(seq)?).ok()?;
+    let guess = (level.fresh.len() - 1).saturating_sub(from_back);
+    let at = if level.fresh.get(guess).is_some_and(|r| r.seq == seq) {
+        guess
+    } else {
+        level.fresh.binary_search_by_key(&seq, |r| r.seq).ok()?
+    };
+    debug_assert_eq!(level.fresh[at].seq, seq);
     (!level.fresh[at].stored.gone).then_some(at)
 }
 

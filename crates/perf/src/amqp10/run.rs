@@ -429,18 +429,29 @@ async fn finish_sender(
     })
 }
 
-/// The body of one of our messages: the data section's bytes at the end of the payload, else
-/// the first data section found by decoding.
-fn body_of(payload: &Bytes, body_size: usize) -> Option<Bytes> {
+/// The stamp in the body of one of our messages: the data section's bytes at the end of the
+/// payload, else the first data section found by decoding.
+fn stamp_of(payload: &Bytes, body_size: usize) -> Option<Stamp> {
+    // The data section's head just before the body: vbin8 (as we send) or vbin32 (as Warren
+    // delivers); anything else is decoded.
     let len = payload.len();
-    if body_size < 256 && len >= body_size + 5 {
-        let head = &payload[len - body_size - 5..len - body_size];
-        if head == [0x00, 0x53, 0x75, 0xa0, body_size as u8] {
-            return Some(payload.slice(len - body_size..));
-        }
+    let head_is = |head: &[u8]| {
+        len.checked_sub(body_size + head.len())
+            .and_then(|at| payload.get(at..len - body_size))
+            == Some(head)
+    };
+    let vbin8 = u8::try_from(body_size).is_ok_and(|n| head_is(&[0, 0x53, 0x75, 0xa0, n]));
+    let vbin32 = || {
+        u32::try_from(body_size).is_ok_and(|n| {
+            let [a, b, c, d] = n.to_be_bytes();
+            head_is(&[0, 0x53, 0x75, 0xb0, a, b, c, d])
+        })
+    };
+    if vbin8 || vbin32() {
+        return Stamp::read(payload.get(len - body_size..)?);
     }
     match Sections::decode(payload).ok()?.body {
-        Body::Data(chunks) => chunks.into_iter().next(),
+        Body::Data(chunks) => Stamp::read(chunks.first()?),
         _ => None,
     }
 }
@@ -508,9 +519,7 @@ async fn receive(
                     };
                     received += 1;
                     delivery_count = delivery_count.wrapping_add(1);
-                    if let Some(stamp) =
-                        body_of(&payload, options.body_size).and_then(|b| Stamp::read(&b))
-                    {
+                    if let Some(stamp) = stamp_of(&payload, options.body_size) {
                         let latency_us = clock::now_ns().saturating_sub(stamp.sent_ns) / 1000;
                         histogram.saturating_record(latency_us.max(1));
                         latency_sum += latency_us;

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp};
 use warren_core::routing::MessageFields;
 use warren_core::stats::add_owned;
 use warren_proto::amqp091::{
@@ -457,7 +457,11 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, batch, confirm, tags).await;
+            // Served meanwhile (it may consume from the same queue): see `publish_serving`.
+            let outbox = self.outbox.clone();
+            queue
+                .publish_serving(batch, confirm, tags, &outbox, self)
+                .await;
         }
         // What this flush's confirms wait for, if anything.
         let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
@@ -592,52 +596,6 @@ impl Connection {
         add_owned(&stats.confirm, confirmed);
         for method in methods {
             self.out.method(id, &method);
-        }
-    }
-
-    /// Hands a batch to a queue, serving this connection's consumers while the queue's
-    /// mailbox is full: a connection that publishes to and consumes from the same busy queue
-    /// must keep taking its deliveries, or neither side would move.
-    async fn send_publishes(
-        &mut self,
-        queue: &QueueHandle,
-        batch: Vec<Arc<Message>>,
-        confirm: Option<ConfirmTicket>,
-        tags: Vec<u64>,
-    ) {
-        let outbox = self.outbox.clone();
-        // Credit first (waiting in turn with the queue's other publishers), then a mailbox
-        // slot; meanwhile this connection keeps serving its own consumers.
-        let credit = queue.acquire_credit(batch.len());
-        tokio::pin!(credit);
-        let mut credit_taken = None;
-        loop {
-            tokio::select! {
-                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
-                permit = queue.reserve_data(), if credit_taken.is_some() => {
-                    // A queue deleted meanwhile drops the batch: the route was taken before.
-                    if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish {
-                            messages: batch,
-                            confirm,
-                            tags,
-                            credit: credit_taken,
-                        });
-                    }
-                    return;
-                }
-                () = outbox.notified() => {
-                    self.on_events();
-                    let grants = self.credit_due();
-                    if !grants.is_empty() {
-                        // Boxed: rare (see `Connection::on_read`).
-                        Box::pin(super::consume::send_credit(grants)).await;
-                    }
-                    if self.flush().await.is_err() {
-                        return; // the socket is gone; teardown follows
-                    }
-                }
-            }
         }
     }
 
@@ -806,4 +764,16 @@ fn unexpected_content(id: u16) -> Fault {
         format!("content frame on channel {id} without a basic.publish in progress"),
         PUBLISH_CAUSE,
     )
+}
+
+impl ServeWhileWaiting for Connection {
+    async fn serve(&mut self) -> bool {
+        self.on_events();
+        let grants = self.credit_due();
+        if !grants.is_empty() {
+            // Boxed: rare (see `Connection::on_read`).
+            Box::pin(super::consume::send_credit(grants)).await;
+        }
+        self.flush().await.is_ok() // false: the socket is gone; teardown follows
+    }
 }

@@ -20,6 +20,7 @@ use tokio::time::MissedTickBehavior;
 use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
+use warren_core::queue::QueueHandle;
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp10::condition;
@@ -29,6 +30,7 @@ use warren_proto::amqp10::{
     Value,
 };
 
+use super::convert;
 use super::publish::Pending;
 use super::session::Session;
 use super::writer::Writer;
@@ -122,6 +124,15 @@ pub struct Connection {
     /// Which session and link each of our consumers belongs to.
     pub(super) consumers: FxHashMap<ConsumerId, (u16, u32)>,
     pub(super) pending: Pending,
+    /// The last message converted from AMQP 1.0 (publish) and to it (deliveries).
+    pub(super) from_amqp10: convert::Amqp091Memo,
+    pub(super) to_amqp10: convert::Amqp10Memo,
+    /// A delivery's sections before its body, reused from one delivery to the next.
+    pub(super) delivery_prefix: BytesMut,
+    /// The block delivery tags are cut from.
+    pub(super) delivery_tags: BytesMut,
+    /// The queues a publish is routed to, kept empty between publishes.
+    pub(super) route_targets: Vec<QueueHandle>,
     /// Memory and disk alarms: while one is in effect, publishing links get no new credit.
     alarms: watch::Receiver<AlarmSet>,
     /// Changes to users, vhosts and permissions.
@@ -164,6 +175,11 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         sessions: FxHashMap::default(),
         consumers: FxHashMap::default(),
         pending: Pending::default(),
+        from_amqp10: convert::Amqp091Memo::default(),
+        to_amqp10: convert::Amqp10Memo::default(),
+        delivery_prefix: BytesMut::new(),
+        delivery_tags: BytesMut::new(),
+        route_targets: Vec::new(),
         alarms,
         access,
         last_read: Instant::now(),

@@ -209,13 +209,29 @@ fn field_to_value(value: &FieldValue) -> Option<Value> {
 
 /// Writes the sections of a 0.9.1 message (`properties`, with the broker's annotations already
 /// rendered) up to its body's constructor into `out`; returns the body bytes, to be sent after
-/// them from their own buffer.
+/// them from their own buffer. Connections go through their `Amqp10Memo`, which the tests
+/// check against this.
+#[cfg(test)]
 pub fn to_amqp10(
     message: &Message,
     properties: &Bytes,
     redelivered: bool,
     out: &mut BytesMut,
 ) -> Bytes {
+    if !write_sections(message, properties, redelivered, out) {
+        encode_data_head(out, message.body.len());
+    }
+    message.body.clone()
+}
+
+/// The sections before the body, as `to_amqp10` writes them; `true` when the body is already
+/// AMQP 1.0 sections (no data section's head to write before it).
+fn write_sections(
+    message: &Message,
+    properties: &Bytes,
+    redelivered: bool,
+    out: &mut BytesMut,
+) -> bool {
     let props = BasicProperties::decode(properties).unwrap_or_default();
     let header = Header {
         durable: props.delivery_mode == Some(2),
@@ -255,10 +271,182 @@ pub fn to_amqp10(
     if !application.is_empty() {
         encode_map_section(out, section::APPLICATION_PROPERTIES, &application);
     }
-    if !amqp10_body {
-        encode_data_head(out, message.body.len());
+    amqp10_body
+}
+
+/// Largest conversion input (properties, exchange and routing key) a memo keeps.
+const MEMO_KEY_BYTES_MAX: usize = 1024;
+/// Largest message head (sections before the body) a memo keeps.
+const MEMO_HEAD_BYTES_MAX: usize = 1024;
+
+/// A connection's last conversion to AMQP 1.0. A queue's consecutive messages mostly come
+/// from one publisher with the same properties, exchange and routing key, so their sections
+/// before the body are the same bytes: they are copied from here instead of being decoded
+/// and encoded again. The key is copied (never a slice that would pin a read buffer); the
+/// data section's head, which holds the body's size, is written afresh each time.
+#[derive(Default)]
+pub struct Amqp10Memo {
+    valid: bool,
+    properties: Vec<u8>,
+    exchange: Vec<u8>,
+    routing_key: Vec<u8>,
+    redelivered: bool,
+    /// The body is AMQP 1.0 sections: no data section's head.
+    amqp10_body: bool,
+    /// What `write_sections` wrote for this key.
+    sections: Vec<u8>,
+}
+
+impl Amqp10Memo {
+    /// Writes what `to_amqp10` writes and returns the body, from the memo when the inputs are
+    /// the last ones.
+    pub fn write(
+        &mut self,
+        message: &Message,
+        properties: &Bytes,
+        redelivered: bool,
+        out: &mut BytesMut,
+    ) -> Bytes {
+        let hit = self.valid
+            && self.redelivered == redelivered
+            && self.properties == properties.as_ref()
+            && self.routing_key == message.routing_key.as_ref()
+            && self.exchange == message.exchange.as_ref();
+        if hit {
+            out.extend_from_slice(&self.sections);
+        } else {
+            let start = out.len();
+            let amqp10_body = write_sections(message, properties, redelivered, out);
+            self.store(
+                message,
+                properties,
+                redelivered,
+                amqp10_body,
+                out.get(start..),
+            );
+        }
+        if !self.amqp10_body {
+            encode_data_head(out, message.body.len());
+        }
+        message.body.clone()
     }
-    message.body.clone()
+
+    fn store(
+        &mut self,
+        message: &Message,
+        properties: &Bytes,
+        redelivered: bool,
+        amqp10_body: bool,
+        sections: Option<&[u8]>,
+    ) {
+        let key_bytes = properties.len() + message.exchange.len() + message.routing_key.len();
+        self.amqp10_body = amqp10_body;
+        let Some(sections) = sections.filter(|_| key_bytes <= MEMO_KEY_BYTES_MAX) else {
+            self.valid = false;
+            return;
+        };
+        let copy = |to: &mut Vec<u8>, from: &[u8]| {
+            to.clear();
+            to.extend_from_slice(from);
+        };
+        copy(&mut self.properties, properties);
+        copy(&mut self.exchange, &message.exchange);
+        copy(&mut self.routing_key, &message.routing_key);
+        copy(&mut self.sections, sections);
+        self.redelivered = redelivered;
+        self.valid = true;
+    }
+}
+
+/// What publishing takes from an AMQP 1.0 message besides its body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// The 0.9.1 properties, encoded.
+    pub properties: Bytes,
+    /// The header's durable flag.
+    pub persistent: bool,
+    pub priority: u8,
+    pub expiration_ms: Option<u32>,
+    /// The properties' user-id and to.
+    pub user_id: Option<Bytes>,
+    pub to: Option<String>,
+}
+
+/// The 0.9.1 form of a decoded AMQP 1.0 message: what publishing takes, and the body.
+pub fn convert(sections: &Sections, raw: &Bytes) -> (Converted, Bytes) {
+    let (props, body) = to_amqp091(sections, raw);
+    let mut properties = BytesMut::new();
+    props.encode(&mut properties);
+    let header = sections.header.as_ref();
+    let converted = Converted {
+        properties: properties.freeze(),
+        persistent: header.is_some_and(|h| h.durable),
+        priority: header.and_then(|h| h.priority).unwrap_or(0),
+        expiration_ms: header.and_then(|h| h.ttl),
+        user_id: sections.properties.as_ref().and_then(|p| p.user_id.clone()),
+        to: sections.properties.as_ref().and_then(|p| p.to.clone()),
+    };
+    (converted, body)
+}
+
+/// A connection's last conversion from AMQP 1.0. A publisher's messages mostly differ only in
+/// their body: when a message is the last converted one's sections before the body (the same
+/// bytes) followed by a single data section, its conversion is the same, and the message is
+/// not decoded. The head is copied, never kept as a slice of a read buffer.
+#[derive(Default)]
+pub struct Amqp091Memo {
+    head: Vec<u8>,
+    converted: Option<Converted>,
+}
+
+impl Amqp091Memo {
+    /// The conversion of `raw`, when the memo has it, and the body (a slice of `raw`).
+    pub fn lookup(&self, raw: &Bytes) -> Option<(Converted, Bytes)> {
+        let converted = self.converted.as_ref()?;
+        let tail = raw.get(self.head.len()..)?;
+        if raw.get(..self.head.len())? != self.head.as_slice() {
+            return None;
+        }
+        let body_at = self.head.len() + data_section_head_len(tail)?;
+        Some((converted.clone(), raw.slice(body_at..)))
+    }
+
+    /// Keeps the conversion of `raw` (decoded as `sections`) when `lookup` can find it again:
+    /// its body is one data section at the end, in a form `lookup` reads.
+    pub fn store(&mut self, raw: &Bytes, sections: &Sections, converted: &Converted) {
+        let single_data = matches!(&sections.body, Body::Data(chunks) if chunks.len() == 1);
+        let found = single_data
+            && sections.body_at <= MEMO_HEAD_BYTES_MAX
+            && sections.body_end == raw.len()
+            && raw
+                .get(sections.body_at..)
+                .and_then(data_section_head_len)
+                .is_some();
+        if !found {
+            return;
+        }
+        let Some(head) = raw.get(..sections.body_at) else {
+            return;
+        };
+        debug_assert!(self.lookup(raw).is_none_or(|(c, _)| &c == converted));
+        self.head.clear();
+        self.head.extend_from_slice(head);
+        self.converted = Some(converted.clone());
+    }
+}
+
+/// The length of the head of `tail` when `tail` is exactly one data section with the small
+/// descriptor (vbin8 or vbin32): its bytes follow the head to the end.
+fn data_section_head_len(tail: &[u8]) -> Option<usize> {
+    let (head_len, size) = match tail {
+        [0x00, 0x53, 0x75, 0xa0, n, ..] => (5, usize::from(*n)),
+        [0x00, 0x53, 0x75, 0xb0, a, b, c, d, ..] => (
+            8,
+            usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?,
+        ),
+        _ => return None,
+    };
+    (tail.len().checked_sub(head_len)? == size).then_some(head_len)
 }
 
 fn properties_to_amqp10(props: &BasicProperties) -> Properties {
@@ -357,6 +545,84 @@ mod tests {
         assert_eq!(p.reply_to.as_deref(), Some("/queues/replies"));
         assert_eq!(p.content_type.as_deref(), Some("text/plain"));
         assert!(matches!(back.body, Body::Data(ref c) if &c[0][..] == b"hello"));
+    }
+
+    #[test]
+    fn the_amqp10_memo_writes_what_a_conversion_writes() {
+        let mut memo = Amqp10Memo::default();
+        let props = |mode: u8| {
+            let mut out = BytesMut::new();
+            BasicProperties {
+                delivery_mode: Some(mode),
+                content_type: Some(ShortStr::from("text/plain")),
+                ..Default::default()
+            }
+            .encode(&mut out);
+            out.freeze()
+        };
+        let message = |rk: &'static [u8], properties: &Bytes, body: &'static [u8]| {
+            Message::new(
+                Bytes::from_static(b"x"),
+                Bytes::from_static(rk),
+                properties.clone(),
+                Bytes::from_static(body),
+            )
+        };
+        let (p1, p2) = (props(2), props(1));
+        let cases = [
+            (message(b"a", &p1, b"one"), false),
+            (message(b"a", &p1, b"second"), false),
+            (message(b"a", &p1, b"third"), true),
+            (message(b"b", &p1, b"four"), true),
+            (message(b"b", &p2, b"five"), true),
+            (message(b"b", &p2, b""), true),
+        ];
+        for (message, redelivered) in &cases {
+            let (mut plain, mut memoized) = (BytesMut::new(), BytesMut::from(&b"xy"[..]));
+            let body = to_amqp10(message, &message.properties, *redelivered, &mut plain);
+            let body2 = memo.write(message, &message.properties, *redelivered, &mut memoized);
+            assert_eq!(body, body2);
+            assert_eq!(&memoized[2..], &plain[..]);
+        }
+    }
+
+    #[test]
+    fn the_amqp091_memo_converts_as_a_decode() {
+        let header = Header {
+            durable: true,
+            ..Default::default()
+        };
+        let properties = Properties {
+            to: Some("/queues/q".into()),
+            ..Default::default()
+        };
+        let encode = |header: Option<&Header>, body: &[u8]| {
+            let mut out = BytesMut::new();
+            encode_simple(&mut out, header, Some(&properties), body);
+            out.freeze()
+        };
+        let mut memo = Amqp091Memo::default();
+        let first = encode(Some(&header), b"one");
+        assert!(memo.lookup(&first).is_none());
+        let sections = Sections::decode(&first).unwrap();
+        let (converted, body) = convert(&sections, &first);
+        memo.store(&first, &sections, &converted);
+        assert_eq!(&body[..], b"one");
+        for message in [
+            encode(Some(&header), b"two"),
+            encode(Some(&header), &[7; 300]),
+        ] {
+            let (hit, body) = memo.lookup(&message).expect("same head");
+            let sections = Sections::decode(&message).unwrap();
+            assert_eq!((hit, body), convert(&sections, &message));
+        }
+        // Another head, or more than one data section after it: decoded.
+        assert!(memo.lookup(&encode(None, b"two")).is_none());
+        let mut two = BytesMut::from(&first[..]);
+        encode_data_head(&mut two, 1);
+        two.extend_from_slice(b"x");
+        assert!(memo.lookup(&two.freeze()).is_none());
+        assert!(memo.lookup(&first.slice(..first.len() - 1)).is_none());
     }
 
     #[test]

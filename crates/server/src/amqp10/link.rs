@@ -19,9 +19,11 @@ use warren_proto::amqp10::{
 
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
-use super::convert;
 use super::management::MANAGEMENT_ADDRESS;
-use super::session::Unsettled;
+use super::unsettled::Unsettled;
+
+/// Capacity kept for a delivery's sections between deliveries.
+const DELIVERY_PREFIX_KEEP_BYTES: usize = 4096;
 
 pub enum Link {
     /// The client sends: we receive and publish.
@@ -44,14 +46,33 @@ pub struct ManagementLink {
 #[derive(Debug, Clone)]
 pub enum LinkTarget {
     Exchange {
-        exchange: String,
-        routing_key: String,
+        exchange: Name,
+        routing_key: Name,
     },
-    Queue(String),
+    Queue(Name),
     /// The null target: each message's `to` says where it goes.
     Anonymous,
     /// The management node: messages are requests.
     Management,
+}
+
+/// An exchange, queue or routing key from a link's address, held as the bytes each message
+/// carries: a message takes a handle on them instead of a copy.
+#[derive(Debug, Clone)]
+pub struct Name(Bytes);
+
+impl Name {
+    pub fn new(text: String) -> Name {
+        Name(Bytes::from(text))
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("invariant: a Name is built from a String")
+    }
+
+    pub fn bytes(&self) -> Bytes {
+        self.0.clone()
+    }
 }
 
 pub struct IncomingLink {
@@ -109,7 +130,7 @@ impl Connection {
                     // Through the default exchange, as RabbitMQ: write on amq.default.
                     self.check(Perm::Write, ResourceKind::Exchange, "")?;
                     self.vhost().queue(&queue, self.id).map_err(broker_error)?;
-                    LinkTarget::Queue(queue)
+                    LinkTarget::Queue(Name::new(queue))
                 }
                 Ok(Address::Exchange {
                     exchange,
@@ -118,8 +139,8 @@ impl Connection {
                     self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                     self.check_exchange(&exchange)?;
                     LinkTarget::Exchange {
-                        exchange,
-                        routing_key,
+                        exchange: Name::new(exchange),
+                        routing_key: Name::new(routing_key),
                     }
                 }
             },
@@ -488,25 +509,37 @@ impl Connection {
         let delivery_id = session.next_outgoing_id;
         let message = &delivery.message;
         let properties = crate::amqp091::delivery_properties(message);
-        let mut prefix = BytesMut::new();
-        let body = convert::to_amqp10(message, &properties, delivery.redelivered, &mut prefix);
+        self.delivery_prefix.clear();
+        let body = self.to_amqp10.write(
+            message,
+            &properties,
+            delivery.redelivered,
+            &mut self.delivery_prefix,
+        );
         let transfer = Transfer {
             handle,
             delivery_id: Some(delivery_id),
-            delivery_tag: Some(Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+            delivery_tag: Some(delivery_tag(&mut self.delivery_tags, delivery_id)),
             message_format: Some(0),
             settled: Some(settled),
             ..Transfer::default()
         };
-        let frames = self
-            .out
-            .transfer(channel, transfer, &prefix, &body, max_frame_size);
+        let frames = self.out.transfer(
+            channel,
+            transfer,
+            &self.delivery_prefix,
+            &body,
+            max_frame_size,
+        );
         let session = self
             .sessions
             .get_mut(&channel)
             .expect("invariant: looked up above");
         session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
         session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+        if self.delivery_prefix.capacity() > DELIVERY_PREFIX_KEEP_BYTES {
+            self.delivery_prefix = BytesMut::new();
+        }
         if !settled {
             session.unsettled.insert(
                 delivery_id,
@@ -522,7 +555,7 @@ impl Connection {
     /// The client settles deliveries we sent (role receiver); as a sender it has nothing to
     /// settle with us (we settle its transfers ourselves).
     pub(super) fn on_disposition(&mut self, channel: u16, d: Disposition) -> Result<(), Fault> {
-        let session = self.session(channel)?;
+        self.session(channel)?;
         if d.role != ROLE_RECEIVER {
             return Ok(());
         }
@@ -543,20 +576,14 @@ impl Connection {
         let Some(op) = op else {
             return Ok(());
         };
-        let ids: Vec<u32> = session
+        let session = self
+            .sessions
+            .get_mut(&channel)
+            .expect("invariant: self.session found it");
+        let pending = &mut self.pending;
+        session
             .unsettled
-            .range(d.first..=last)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut settled = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(u) = session.unsettled.remove(&id) {
-                settled.push((u.queue, u.seq));
-            }
-        }
-        for (queue, seq) in settled {
-            self.pending.settle(&queue, op, seq);
-        }
+            .take_range(d.first, last, |u| pending.settle(&u.queue, op, u.seq));
         Ok(())
     }
 
@@ -571,7 +598,7 @@ impl Connection {
         let Some(Link::Outgoing(link)) = session.links.remove(&handle) else {
             return;
         };
-        session.unsettled.retain(|_, u| u.handle != handle);
+        session.unsettled.take_where(|u| u.handle == handle, drop);
         session.waiting.retain(|(h, _)| *h != handle);
         let detach = Detach {
             handle,
@@ -592,6 +619,21 @@ impl Connection {
     fn frame_size_out_max(&self) -> u32 {
         super::connection::frame_size_limit(self.shared.config.frame_max)
     }
+}
+
+/// Bytes of the block delivery tags are cut from (256 tags; what is left of it stays with an
+/// idle connection, so it is kept small).
+const DELIVERY_TAG_BLOCK_BYTES: usize = 1024;
+
+/// The tag of delivery `id` (its id, 4 bytes), cut from a block shared by the tags of many
+/// deliveries: no allocation of its own.
+fn delivery_tag(tags: &mut BytesMut, id: u32) -> Bytes {
+    let bytes = id.to_be_bytes();
+    if tags.capacity() - tags.len() < bytes.len() {
+        *tags = BytesMut::with_capacity(DELIVERY_TAG_BLOCK_BYTES);
+    }
+    tags.extend_from_slice(&bytes);
+    tags.split().freeze()
 }
 
 /// Credit to give the queue now: what the client's credit allows beyond the deliveries already

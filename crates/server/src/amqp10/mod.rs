@@ -13,6 +13,7 @@ mod link;
 mod management;
 mod publish;
 mod session;
+mod unsettled;
 mod writer;
 
 use std::time::Duration;

@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
@@ -146,15 +146,15 @@ impl Connection {
         if transfer.settled == Some(true) {
             assembly.settled = true;
         }
-        assembly.chunks.push(payload);
         if transfer.more {
+            assembly.chunks.push(payload);
             return Ok(());
         }
         let assembly = link.assembly.take().expect("invariant: set above");
         link.credit = link.credit.saturating_sub(1);
         link.delivery_count = link.delivery_count.wrapping_add(1);
         let target = link.target.clone();
-        let raw = join(assembly.chunks);
+        let raw = join(assembly.chunks, payload);
         if matches!(target, LinkTarget::Management) {
             self.pending.management.push(Request { channel, raw });
             if !assembly.settled {
@@ -184,18 +184,23 @@ impl Connection {
         settled: bool,
         raw: Bytes,
     ) -> Result<(), Fault> {
-        let sections = Sections::decode(&raw).map_err(|error| {
-            Fault::close(
-                condition::DECODE_ERROR,
-                format!("malformed message: {error}"),
-            )
-        })?;
+        let (converted, body) = match self.from_amqp10.lookup(&raw) {
+            Some(hit) => hit,
+            None => {
+                let sections = Sections::decode(&raw).map_err(|error| {
+                    Fault::close(
+                        condition::DECODE_ERROR,
+                        format!("malformed message: {error}"),
+                    )
+                })?;
+                let (converted, body) = convert::convert(&sections, &raw);
+                self.from_amqp10.store(&raw, &sections, &converted);
+                (converted, body)
+            }
+        };
         // A user-id property must name the authenticated user. RabbitMQ ends the session;
         // Warren rejects the message, which every client reports on the send that caused it.
-        let user_id = sections
-            .properties
-            .as_ref()
-            .and_then(|p| p.user_id.as_ref());
+        let user_id = converted.user_id.as_ref();
         if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
             let text = format!(
                 "user_id property set to '{}' but authenticated user was '{}'",
@@ -209,7 +214,7 @@ impl Connection {
             }
             return Ok(());
         }
-        let (exchange, routing_key) = match self.destination(target, &sections) {
+        let (exchange, routing_key) = match self.destination(target, converted.to.as_deref()) {
             Ok(to) => to,
             Err(error) => {
                 if !settled {
@@ -219,22 +224,20 @@ impl Connection {
                 return Ok(());
             }
         };
-        let (props, body) = convert::to_amqp091(&sections, &raw);
-        let header = sections.header.as_ref();
-        let mut properties = BytesMut::new();
-        props.encode(&mut properties);
         let message = Arc::new(Message {
             format: Format::Amqp091,
-            exchange: Bytes::from(exchange),
-            routing_key: Bytes::from(routing_key),
-            properties: properties.freeze(),
+            exchange,
+            routing_key,
+            properties: converted.properties,
             body,
-            persistent: header.is_some_and(|h| h.durable),
-            priority: header.and_then(|h| h.priority).unwrap_or(0),
-            expiration_ms: header.and_then(|h| h.ttl),
+            persistent: converted.persistent,
+            priority: converted.priority,
+            expiration_ms: converted.expiration_ms,
             deaths: None,
         });
-        let mut targets = Vec::new();
+        // A vector kept from the last publish (no allocation per message).
+        let mut targets = std::mem::take(&mut self.route_targets);
+        targets.clear();
         if let Err(error) = self.route(&message, &mut targets) {
             if matches!(target, LinkTarget::Anonymous) {
                 if !settled {
@@ -272,34 +275,36 @@ impl Connection {
         if !settled {
             self.pending.unconfirmed.push((channel, delivery_id, waits));
         }
+        targets.clear();
+        self.route_targets = targets;
         Ok(())
     }
 
-    /// The exchange and routing key of a message on a link with `target`.
+    /// The exchange and routing key of a message on a link with `target`, whose `to` property
+    /// is `to`.
     fn destination(
         &self,
         target: &LinkTarget,
-        sections: &Sections,
-    ) -> Result<(String, String), AmqpError> {
+        to: Option<&str>,
+    ) -> Result<(Bytes, Bytes), AmqpError> {
         match target {
             // Checked at attach too; again here so that revoked permissions apply at once.
             LinkTarget::Exchange {
                 exchange,
                 routing_key,
             } => {
-                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
-                Ok((exchange.clone(), routing_key.clone()))
+                self.check(Perm::Write, ResourceKind::Exchange, exchange.as_str())?;
+                Ok((exchange.bytes(), routing_key.bytes()))
             }
             LinkTarget::Queue(queue) => {
                 self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                Ok((String::new(), queue.clone()))
+                Ok((Bytes::new(), queue.bytes()))
             }
             LinkTarget::Management => Err(AmqpError::new(
                 condition::NOT_ALLOWED,
                 "the management node takes requests, not messages to route",
             )),
             LinkTarget::Anonymous => {
-                let to = sections.properties.as_ref().and_then(|p| p.to.as_deref());
                 let Some(to) = to else {
                     return Err(AmqpError::new(
                         condition::PRECONDITION_FAILED,
@@ -309,7 +314,7 @@ impl Connection {
                 match address::parse(to) {
                     Ok(Address::Queue(queue)) => {
                         self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                        Ok((String::new(), queue))
+                        Ok((Bytes::new(), Bytes::from(queue)))
                     }
                     Ok(Address::Exchange {
                         exchange,
@@ -317,7 +322,7 @@ impl Connection {
                     }) => {
                         self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
                         self.check_exchange(&exchange)?;
-                        Ok((exchange, routing_key))
+                        Ok((Bytes::from(exchange), Bytes::from(routing_key)))
                     }
                     Err(text) => Err(AmqpError::new(condition::PRECONDITION_FAILED, text)),
                 }
@@ -378,7 +383,11 @@ impl Connection {
                     })
                     .clone()
             });
-            self.send_publishes(&queue, messages, confirm, tags).await;
+            // Served meanwhile (it may consume from the same queue): see `publish_serving`.
+            let outbox = self.outbox.clone();
+            queue
+                .publish_serving(messages, confirm, tags, &outbox, self)
+                .await;
         }
         self.pending.publishes = publishes;
         let ticket_id = ticket.is_some().then_some(self.pending.next_ticket);
@@ -410,43 +419,6 @@ impl Connection {
         }
         self.pending.settles = settles;
         self.write_outcomes();
-    }
-
-    /// Hands a batch to a queue: its credit first, then a mailbox slot. Meanwhile this
-    /// connection keeps serving its own consumers (it may consume from the same queue).
-    async fn send_publishes(
-        &mut self,
-        queue: &QueueHandle,
-        batch: Vec<Arc<Message>>,
-        confirm: Option<ConfirmTicket>,
-        tags: Vec<u64>,
-    ) {
-        let outbox = self.outbox.clone();
-        let credit = queue.acquire_credit(batch.len());
-        tokio::pin!(credit);
-        let mut credit_taken = None;
-        loop {
-            tokio::select! {
-                permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
-                permit = queue.reserve_data(), if credit_taken.is_some() => {
-                    if let Ok(permit) = permit {
-                        permit.send(QueueCmd::Publish {
-                            messages: batch,
-                            confirm,
-                            tags,
-                            credit: credit_taken,
-                        });
-                    }
-                    return;
-                }
-                () = outbox.notified() => {
-                    self.on_events_now();
-                    if self.flush().await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
@@ -538,12 +510,22 @@ fn stores_durably(queue: &QueueHandle) -> bool {
     def.durable && def.exclusive_owner.is_none()
 }
 
-fn join(chunks: Vec<Bytes>) -> Bytes {
-    if chunks.len() == 1 {
-        return chunks.into_iter().next().unwrap_or_default();
+/// A message from the payloads of its transfers: `chunks` then `last`.
+fn join(chunks: Vec<Bytes>, last: Bytes) -> Bytes {
+    if chunks.is_empty() {
+        return last;
     }
     // A message split over frames is joined once; single-frame messages stay zero-copy.
-    let mut body = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    let size = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
+    let mut body = BytesMut::with_capacity(size);
     chunks.iter().for_each(|c| body.extend_from_slice(c));
+    body.extend_from_slice(&last);
     body.freeze()
+}
+
+impl ServeWhileWaiting for Connection {
+    async fn serve(&mut self) -> bool {
+        self.on_events_now();
+        self.flush().await.is_ok()
+    }
 }

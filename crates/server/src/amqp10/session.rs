@@ -6,27 +6,20 @@
 //! handed to their queues, which is where back-pressure happens). Outgoing: deliveries wait in
 //! the session when the client's incoming window is closed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 use warren_core::consumer::Delivery;
-use warren_core::queue::QueueHandle;
 use warren_proto::amqp10::{condition, AmqpError, Attach, Begin, Detach, End, Flow, Performative};
 
 use super::connection::{Connection, Fault};
 use super::link::{IncomingLink, Link};
+use super::unsettled::UnsettledDeliveries;
 
 /// Our outgoing window: we never hold transfers back on our side.
 const OUTGOING_WINDOW: u32 = u32::MAX;
 /// Links per session (RabbitMQ's `link_max_per_session` default is 256).
 pub const HANDLE_MAX: u32 = 255;
-
-/// A delivery sent on an unsettled link, until the client settles it.
-pub struct Unsettled {
-    pub queue: QueueHandle,
-    pub seq: u64,
-    pub handle: u32,
-}
 
 pub struct Session {
     /// Transfer-id the client's next transfer has.
@@ -39,7 +32,7 @@ pub struct Session {
     pub remote_incoming_window: u32,
     pub links: FxHashMap<u32, Link>,
     /// Deliveries sent unsettled, by delivery-id.
-    pub unsettled: BTreeMap<u32, Unsettled>,
+    pub unsettled: UnsettledDeliveries,
     /// Deliveries waiting for the client's incoming window, with their link's handle.
     pub waiting: VecDeque<(u32, Delivery)>,
 }
@@ -77,7 +70,7 @@ impl Connection {
             next_outgoing_id: 0,
             remote_incoming_window: begin.incoming_window,
             links: FxHashMap::default(),
-            unsettled: BTreeMap::new(),
+            unsettled: UnsettledDeliveries::default(),
             waiting: VecDeque::new(),
         };
         self.sessions.insert(channel, session);
@@ -111,8 +104,8 @@ impl Connection {
         for handle in handles {
             self.release_link(channel, handle).await;
         }
-        if let Some(session) = self.sessions.remove(&channel) {
-            for (_, unsettled) in session.unsettled {
+        if let Some(mut session) = self.sessions.remove(&channel) {
+            for unsettled in session.unsettled.drain() {
                 self.pending_requeue(&unsettled.queue, unsettled.seq);
             }
             for (_, delivery) in session.waiting {
@@ -208,18 +201,10 @@ impl Connection {
         let Link::Outgoing(link) = link else {
             return;
         };
-        let settled: Vec<u32> = session
-            .unsettled
-            .iter()
-            .filter(|(_, u)| u.handle == handle)
-            .map(|(id, _)| *id)
-            .collect();
         let mut requeue = Vec::new();
-        for id in settled {
-            if let Some(u) = session.unsettled.remove(&id) {
-                requeue.push((u.queue, u.seq));
-            }
-        }
+        session
+            .unsettled
+            .take_where(|u| u.handle == handle, |u| requeue.push((u.queue, u.seq)));
         session.waiting.retain(|(h, delivery)| {
             if *h == handle {
                 requeue.push((delivery.queue.clone(), delivery.seq));

@@ -106,15 +106,16 @@ impl Writer {
         if end > prefix.len() {
             let start = from.saturating_sub(prefix.len());
             let stop = end - prefix.len();
-            let part = body.slice(start..stop);
-            if part.len() >= ZERO_COPY_BYTES_MIN {
+            if stop - start >= ZERO_COPY_BYTES_MIN {
                 let encoded = self.encode.split().freeze();
                 if !encoded.is_empty() {
                     self.queued.push(encoded);
                 }
-                self.queued.push(part);
+                self.queued.push(body.slice(start..stop));
             } else {
-                self.encode.extend_from_slice(&part);
+                // Copied: cheaper than a handle on the body for a few bytes.
+                self.encode
+                    .extend_from_slice(body.get(start..stop).unwrap_or_default());
             }
         }
     }
