@@ -447,16 +447,26 @@ pub fn address_refused(address: &str, sender: bool, error: Option<&AmqpError>) -
     ))
 }
 
-/// A pre-encoded transfer frame (handle 0, one data section) whose delivery id, tag and body
-/// stamp are patched per message.
+/// A pre-encoded transfer frame (handle 0) whose delivery id, tag, message id, send time and
+/// body stamp are patched per message. Its message is shaped as quiver's: a header (durable), a
+/// properties section whose message-id is the message's number as a string, application
+/// properties `{"SendTime": <ms since the epoch>}`, then the body (one data section here, with
+/// our stamp at its front, where quiver has an amqp-value string). So a broker sees a
+/// different message-id and SendTime on every message, as it does under quiver.
 pub struct TransferTemplate {
     pub bytes: Vec<u8>,
     /// Offsets of the 4-byte delivery id and the 4-byte delivery tag.
     id_at: usize,
     tag_at: usize,
+    /// Offsets of the message-id's decimal digits and of the 8-byte SendTime.
+    message_id_at: usize,
+    send_time_at: usize,
     /// Offset of the body (its stamp goes at the front).
     pub body_at: usize,
 }
+
+/// Digits of a message's message-id (zero-padded: the template keeps one size).
+const MESSAGE_ID_DIGITS: usize = 10;
 
 impl TransferTemplate {
     pub fn new(body_size: usize, durable: bool, presettled: bool) -> TransferTemplate {
@@ -481,6 +491,17 @@ impl TransferTemplate {
             // header section: list8 [durable = true]
             out.extend_from_slice(&[0x00, 0x53, 0x70, 0xc0, 2, 1, 0x41]);
         }
+        // properties section: list8 [message-id: str8 of MESSAGE_ID_DIGITS digits]
+        out.extend_from_slice(&[0x00, 0x53, 0x73, 0xc0, 3 + MESSAGE_ID_DIGITS as u8, 1]);
+        out.extend_from_slice(&[0xa1, MESSAGE_ID_DIGITS as u8]);
+        let message_id_at = out.len();
+        out.resize(message_id_at + MESSAGE_ID_DIGITS, b'0');
+        // application-properties section: map8 {"SendTime": long}
+        out.extend_from_slice(&[0x00, 0x53, 0x74, 0xc1, 20, 2, 0xa1, 8]);
+        out.extend_from_slice(b"SendTime");
+        out.push(0x81);
+        let send_time_at = out.len();
+        out.extend_from_slice(&[0; 8]);
         out.extend_from_slice(&[0x00, 0x53, 0x75]); // data
         if let Ok(len) = u8::try_from(body_size) {
             out.extend_from_slice(&[0xa0, len]);
@@ -496,6 +517,8 @@ impl TransferTemplate {
             bytes: out,
             id_at,
             tag_at,
+            message_id_at,
+            send_time_at,
             body_at,
         }
     }
@@ -507,6 +530,16 @@ impl TransferTemplate {
         let frame = &mut out[start..];
         frame[self.id_at..self.id_at + 4].copy_from_slice(&delivery_id.to_be_bytes());
         frame[self.tag_at..self.tag_at + 4].copy_from_slice(&delivery_id.to_be_bytes());
+        let mut number = u64::from(stamp.sequence) + 1;
+        for digit in frame[self.message_id_at..self.message_id_at + MESSAGE_ID_DIGITS]
+            .iter_mut()
+            .rev()
+        {
+            *digit = b'0' + (number % 10) as u8;
+            number /= 10;
+        }
+        let sent_ms = i64::try_from(stamp.sent_ns / 1_000_000).unwrap_or(i64::MAX);
+        frame[self.send_time_at..self.send_time_at + 8].copy_from_slice(&sent_ms.to_be_bytes());
         stamp.write(&mut frame[self.body_at..]);
     }
 }
@@ -545,6 +578,20 @@ mod tests {
             assert_eq!(t.settled, Some(false));
             let sections = Sections::decode(&payload).unwrap();
             assert_eq!(sections.header.is_some(), durable);
+            let properties = sections.properties.expect("properties");
+            assert_eq!(
+                properties
+                    .message_id
+                    .and_then(|id| id.as_str().map(str::to_owned)),
+                Some("0000000004".to_owned())
+            );
+            let application = sections
+                .application_properties
+                .expect("application properties");
+            assert!(
+                format!("{application:?}").contains("SendTime"),
+                "{application:?}"
+            );
             let Body::Data(chunks) = sections.body else {
                 panic!("no data")
             };
