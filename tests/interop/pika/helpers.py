@@ -73,6 +73,17 @@ def consume_n(channel, queue, count, timeout_s=WAIT_S, auto_ack=False):
     return deliveries
 
 
+def drain(channel, queue, limit):
+    """Gets (auto-ack) every message in `queue`, bodies as text; fails past `limit`."""
+    bodies = []
+    for _ in range(limit):
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body.decode())
+    raise AssertionError(f"queue {queue} holds more than {limit} messages")
+
+
 def publish_bodies(channel, queue, bodies, properties=None):
     for body in bodies:
         channel.basic_publish("", queue, body, properties)

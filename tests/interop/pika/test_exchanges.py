@@ -8,17 +8,11 @@ queue's contents with a hand-written expectation.
 import pika
 import pytest
 
-from helpers import assert_channel_closed
+from helpers import assert_channel_closed, drain as drain_at_most
 
 
 def drain(channel, queue):
-    bodies = []
-    for _ in range(1000):
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body.decode())
-    raise AssertionError(f"queue {queue} holds more than 1000 messages")
+    return drain_at_most(channel, queue, 1000)
 
 
 @pytest.fixture

@@ -10,17 +10,11 @@ import time
 import pika
 import pytest
 
-from helpers import wait_until
+from helpers import drain as drain_at_most, wait_until
 
 
 def drain(channel, queue):
-    bodies = []
-    for _ in range(10_000):
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body.decode())
-    raise AssertionError(f"queue {queue} holds more than 10000 messages")
+    return drain_at_most(channel, queue, 10000)
 
 
 @pytest.fixture
