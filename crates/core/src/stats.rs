@@ -21,7 +21,8 @@ pub fn add_owned(counter: &AtomicU64, n: u64) {
     );
 }
 
-fn read(counter: &AtomicU64) -> u64 {
+/// A counter's current value (relaxed: readers may be a turn late).
+pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
 

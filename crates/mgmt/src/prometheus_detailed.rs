@@ -16,7 +16,7 @@ use percent_encoding::percent_decode_str;
 use regex::Regex;
 use warren_core::queue::QueueStatsSnapshot;
 use warren_core::registry::{ChannelDetails, ConnectionEntry};
-use warren_core::stats::{ChannelStats, ConnectionStats};
+use warren_core::stats::{read, ChannelStats, ConnectionStats};
 
 use crate::prometheus::{label, Family, CONTENT_TYPE};
 use crate::ApiState;
@@ -279,13 +279,13 @@ const CONNECTION_COARSE: [Series<ConnectionStats>; 2] = [
         "connection_incoming_bytes_total",
         "counter",
         "Total number of bytes received on a connection",
-        |s| s.snapshot()[0],
+        |s| read(&s.recv_oct),
     ),
     (
         "connection_outgoing_bytes_total",
         "counter",
         "Total number of bytes sent on a connection",
-        |s| s.snapshot()[2],
+        |s| read(&s.send_oct),
     ),
 ];
 
@@ -294,13 +294,13 @@ const CONNECTION_PACKETS: [Series<ConnectionStats>; 2] = [
         "connection_incoming_packets_total",
         "counter",
         "Total number of packets received on a connection",
-        |s| s.snapshot()[1],
+        |s| read(&s.recv_cnt),
     ),
     (
         "connection_outgoing_packets_total",
         "counter",
         "Total number of packets sent on a connection",
-        |s| s.snapshot()[3],
+        |s| read(&s.send_cnt),
     ),
 ];
 
@@ -377,16 +377,16 @@ const CHANNEL_GENERAL: [Series<ChannelRow>; 3] = [
 
 const CHANNEL_EXCHANGE: [Series<ChannelStats>; 4] = [
     ("channel_messages_published_total", "counter", "Total number of messages published into an exchange on a channel", |s| {
-        s.snapshot()[0]
+        read(&s.publish)
     }),
     ("channel_messages_confirmed_total", "counter", "Total number of messages published into an exchange and confirmed on the channel", |s| {
-        s.snapshot()[1]
+        read(&s.confirm)
     }),
     ("channel_messages_unroutable_returned_total", "counter", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", |s| {
-        s.snapshot()[2]
+        read(&s.return_unroutable)
     }),
     ("channel_messages_unroutable_dropped_total", "counter", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", |s| {
-        s.snapshot()[3]
+        read(&s.drop_unroutable)
     }),
 ];
 
@@ -395,43 +395,43 @@ const CHANNEL_QUEUE: [Series<ChannelStats>; 7] = [
         "channel_get_ack_total",
         "counter",
         "Total number of messages fetched with basic.get in manual acknowledgement mode",
-        |s| s.snapshot()[6],
+        |s| read(&s.get),
     ),
     (
         "channel_get_total",
         "counter",
         "Total number of messages fetched with basic.get in automatic acknowledgement mode",
-        |s| s.snapshot()[7],
+        |s| read(&s.get_no_ack),
     ),
     (
         "channel_messages_delivered_ack_total",
         "counter",
         "Total number of messages delivered to consumers in manual acknowledgement mode",
-        |s| s.snapshot()[4],
+        |s| read(&s.deliver),
     ),
     (
         "channel_messages_delivered_total",
         "counter",
         "Total number of messages delivered to consumers in automatic acknowledgement mode",
-        |s| s.snapshot()[5],
+        |s| read(&s.deliver_no_ack),
     ),
     (
         "channel_messages_redelivered_total",
         "counter",
         "Total number of messages redelivered to consumers",
-        |s| s.snapshot()[10],
+        |s| read(&s.redeliver),
     ),
     (
         "channel_messages_acked_total",
         "counter",
         "Total number of messages acknowledged by consumers",
-        |s| s.snapshot()[9],
+        |s| read(&s.ack),
     ),
     (
         "channel_get_empty_total",
         "counter",
         "Total number of times basic.get operations fetched no message",
-        |s| s.snapshot()[8],
+        |s| read(&s.get_empty),
     ),
 ];
 
