@@ -11,6 +11,11 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use warren_server::Config;
 
+/// mimalloc rather than glibc malloc: messages are allocated on one thread and freed on
+/// another, and glibc's arena locks showed in profiles of the AMQP 1.0 path.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "warren",
