@@ -433,3 +433,18 @@ async fn configured_limits_are_proposed_in_tune() {
     assert_eq!(connection.configuration().channel_max(), 7);
     assert_eq!(connection.configuration().heartbeat(), 3);
 }
+
+/// The broker asks for TCP segments of at most 16 KiB, also on loopback (whose own limit is
+/// 64 KiB): a client whose receive window shrank to one 64 KiB segment would otherwise get a
+/// segment per delayed-ACK timeout and stay stuck at a few thousand messages a second (PerfTest's
+/// autoack consumer did, after a stall). The client's segment size is the smaller of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_sockets_ask_for_segments_of_at_most_16_kib() {
+    let broker = TestBroker::start().await;
+    let stream = bounded!(tokio::net::TcpStream::connect(broker.addr())).unwrap();
+    let mss = socket2::SockRef::from(&stream).tcp_mss().unwrap();
+    assert!(
+        mss > 0 && mss <= 16 * 1024,
+        "segment size {mss}: the broker did not limit it"
+    );
+}

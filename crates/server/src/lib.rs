@@ -97,6 +97,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let listener = TcpListener::bind(bind).await.with_context(|| {
         format!("cannot listen for AMQP on {bind}: is another broker running? (set --amqp-port)")
     })?;
+    limit_segment_size(&listener);
     let amqp_addr = listener.local_addr()?;
     tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -184,4 +185,19 @@ async fn load_definitions(broker: &Broker, path: &std::path::Path) -> anyhow::Re
         })?;
     tracing::info!(path = %path.display(), "imported definitions");
     Ok(())
+}
+
+/// Largest TCP segment the broker sends or asks for (`TCP_MAXSEG` on the listener, inherited by
+/// every accepted socket). Only loopback and jumbo-frame links have larger ones (loopback's is
+/// 64 KiB). With 64 KiB segments, a client whose receive window has shrunk to one segment
+/// (the Java client's 128 KiB socket buffer after a stall) acknowledges each one only when its
+/// delayed-ACK timer fires: a consumer then gets one segment every 100 ms or so (about 2,300
+/// messages a second) and never recovers. Four segments fit in such a window, and a receiver
+/// acknowledges every second full segment at once.
+const TCP_SEGMENT_BYTES_MAX: u32 = 16 * 1024;
+
+fn limit_segment_size(listener: &TcpListener) {
+    if let Err(error) = socket2::SockRef::from(listener).set_tcp_mss(TCP_SEGMENT_BYTES_MAX) {
+        tracing::warn!("cannot limit TCP segments to {TCP_SEGMENT_BYTES_MAX} bytes: {error}");
+    }
 }
