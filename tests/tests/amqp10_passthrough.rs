@@ -162,6 +162,23 @@ async fn amqp10_messages_reach_amqp10_consumers_as_sent_and_amqp091_ones_mapped(
         Some(&Value::String(queue.clone()))
     );
     assert_mapped(&get_091(&channel, &queue).await, "red", b"one");
+
+    tracing::info!("the management API shows the AMQP 0.9.1 form");
+    assert!(send(&mut session, &address, message("red", b"api"))
+        .await
+        .is_accepted());
+    let url = format!("{}/api/queues/%2F/{queue}/get", broker.http_url());
+    let get = serde_json::json!({"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"});
+    let request = reqwest::Client::new()
+        .post(url)
+        .basic_auth("guest", Some("guest"))
+        .json(&get);
+    let response = bounded!(request.send()).unwrap();
+    let got: serde_json::Value = bounded!(response.json()).unwrap();
+    assert_eq!(got[0]["payload"], "api", "{got}");
+    assert_eq!(got[0]["payload_bytes"], 3);
+    assert_eq!(got[0]["properties"]["delivery_mode"], 2);
+    assert_eq!(got[0]["properties"]["headers"]["color"], "red");
 }
 
 #[tokio::test]
