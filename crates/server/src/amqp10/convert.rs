@@ -304,8 +304,20 @@ impl KeptMemo {
             }
         }
         out.extend_from_slice(&rest);
+        if !has_body_section(&message.body) {
+            // The spec requires a body; a publisher's message without one gets an empty data
+            // section, as a converted message always had.
+            encode_data_head(out, 0);
+        }
         message.body.clone()
     }
+}
+
+/// Whether kept body bytes (body sections, then any footer) start with a body section rather
+/// than being empty or only a footer.
+fn has_body_section(body: &[u8]) -> bool {
+    const FOOTER: [u8; 3] = [0x00, 0x53, section::FOOTER as u8];
+    !body.is_empty() && !body.starts_with(&FOOTER)
 }
 
 #[cfg(test)]
@@ -445,5 +457,19 @@ mod tests {
             assert_eq!(annotations.len(), 3);
             assert_eq!(annotations.get(2), publisher.first());
         }
+        tracing::info!("a message without a body gets an empty data section");
+        let mut raw = BytesMut::new();
+        properties.to_value().encode(&mut raw);
+        let raw = raw.freeze();
+        let sections = Sections::decode(&raw).unwrap();
+        let (head, body) = kept_sections(&sections, &raw);
+        let mut message = Message::new(Bytes::new(), Bytes::from_static(b"q"), head, body);
+        message.format = Format::Amqp10;
+        let mut out = BytesMut::new();
+        let body = memo.write(&message, false, &mut out);
+        out.extend_from_slice(&body);
+        let back = Sections::decode(&out.freeze()).unwrap();
+        assert_eq!(back.body, Body::Data(vec![Bytes::new()]));
+        assert_eq!(back.properties, sections.properties);
     }
 }
