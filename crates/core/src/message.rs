@@ -13,11 +13,36 @@ use bytes::Bytes;
 
 pub use crate::dead_letter::{Death, DeathReason, Deaths};
 
-/// The encoding `properties` is in; only the owning protocol decodes it.
+/// The encoding `properties` and `body` are in; only the protocols decode them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// AMQP 0.9.1 content-header property flags and list.
+    /// AMQP 0.9.1: `properties` is the content header's property flags and list, `body` the
+    /// content body.
     Amqp091,
+    /// AMQP 1.0, kept as received: `properties` holds the bare message's sections before the
+    /// body with the message-annotations in front (message-annotations, properties,
+    /// application-properties, each optional), `body` the body sections and any footer. The
+    /// per-hop sections (header, delivery-annotations) are not kept: the header is written
+    /// afresh at each delivery from `persistent`, `priority` and `expiration_ms`.
+    Amqp10,
+}
+
+impl Format {
+    /// The byte that names the format in a stored message.
+    fn code(self) -> u8 {
+        match self {
+            Format::Amqp091 => 1,
+            Format::Amqp10 => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Format> {
+        match code {
+            1 => Some(Format::Amqp091),
+            2 => Some(Format::Amqp10),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -81,15 +106,13 @@ impl Message {
     }
 
     /// Appends the message as the store keeps it (see [`Message::decode_stored`]):
-    /// `format:u8 flags:u8 [extension] exchange_len:u8 exchange routing_key_len:u8 routing_key
+    /// `format:u8 (1 = AMQP 0.9.1, 2 = AMQP 1.0) flags:u8 [extension] exchange_len:u8 exchange routing_key_len:u8 routing_key
     /// properties_len:u32le properties body`; flag bit 0 is `persistent`, bit 1 announces the
     /// extension: `priority:u8 expiration:u32le (u32::MAX = none) deadline_ms:u64le (0 = none)
     /// deaths_len:u32le deaths` (see `Deaths::encode`). `deadline_ms` is the queue's
     /// expiry time of this copy (milliseconds since the epoch), kept so TTLs survive restarts.
     pub fn encode_stored(&self, out: &mut Vec<u8>, deadline_ms: Option<u64>) {
-        out.push(match self.format {
-            Format::Amqp091 => 1,
-        });
+        out.push(self.format.code());
         let extended = self.priority != 0
             || self.expiration_ms.is_some()
             || deadline_ms.is_some()
@@ -124,10 +147,7 @@ impl Message {
     /// A message read back from the store, with the deadline its queue gave it; its parts are
     /// slices of `bytes`. `None` when the bytes are not a stored message.
     pub fn decode_stored(bytes: Bytes) -> Option<(Message, Option<u64>)> {
-        let format = match *bytes.first()? {
-            1 => Format::Amqp091,
-            _ => return None,
-        };
+        let format = Format::from_code(*bytes.first()?)?;
         let flags = *bytes.get(1)?;
         let persistent = flags & STORED_PERSISTENT != 0;
         let mut at = 2;
@@ -192,6 +212,7 @@ mod tests {
         message.encode_stored(&mut buf, None);
         let (back, deadline) = Message::decode_stored(Bytes::from(buf.clone())).unwrap();
         assert!(back.persistent && deadline.is_none() && back.deaths.is_none());
+        assert_eq!(back.format, Format::Amqp091);
         assert_eq!(back.exchange, message.exchange);
         assert_eq!(back.routing_key, message.routing_key);
         assert_eq!(back.properties, message.properties);
@@ -200,6 +221,28 @@ mod tests {
             let _ = Message::decode_stored(Bytes::from(buf[..cut].to_vec()));
         }
         assert!(Message::decode_stored(Bytes::from_static(&[9, 0, 0])).is_none());
+    }
+
+    #[test]
+    fn amqp10_messages_round_trip_as_format_2() {
+        // message-annotations {}, properties [message-id "m"], then a data section.
+        let head = Bytes::from_static(&[
+            0, 0x53, 0x72, 0xc1, 1, 0, 0, 0x53, 0x73, 0xc0, 3, 1, 0xa1, 1, b'm',
+        ]);
+        let body = Bytes::from_static(&[0, 0x53, 0x75, 0xa0, 2, b'h', b'i']);
+        let mut message = Message::new(Bytes::new(), Bytes::from_static(b"q"), head, body);
+        message.format = Format::Amqp10;
+        message.persistent = true;
+        message.priority = 4;
+        let mut buf = Vec::new();
+        message.encode_stored(&mut buf, None);
+        assert_eq!(buf[0], 2);
+        let (back, _) = Message::decode_stored(Bytes::from(buf)).unwrap();
+        assert_eq!(back.format, Format::Amqp10);
+        assert!(back.persistent);
+        assert_eq!(back.priority, 4);
+        assert_eq!(back.properties, message.properties);
+        assert_eq!(back.body, message.body);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use base64::Engine;
 use serde_json::{json, Map, Value as Json};
+use warren_core::message::{Format, Message};
 use warren_core::value::{Table, Value};
 use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue};
 
@@ -82,11 +83,29 @@ pub fn text<'a>(body: &'a Map<String, Json>, key: &str) -> &'a str {
     body.get(key).and_then(Json::as_str).unwrap_or("")
 }
 
-/// Message properties as `/api/queues/.../get` shows them.
-pub fn properties_to_json(raw: &bytes::Bytes) -> Json {
-    let Ok(p) = BasicProperties::decode(raw) else {
-        return json!({});
-    };
+/// A queued message's properties as `/api/queues/.../get` shows them (the AMQP 0.9.1 form, as
+/// RabbitMQ's, whose API gets messages over AMQP 0.9.1), and its body in that form.
+pub fn message_to_json(message: &Message) -> (Json, bytes::Bytes) {
+    match message.format {
+        Format::Amqp091 => {
+            let json = BasicProperties::decode(&message.properties)
+                .map_or_else(|_| json!({}), |p| properties_to_json(&p));
+            (json, message.body.clone())
+        }
+        Format::Amqp10 => {
+            let (p, body) = warren_proto::convert::kept_to_amqp091(
+                message.persistent,
+                message.priority,
+                message.expiration_ms,
+                &message.properties,
+                &message.body,
+            );
+            (properties_to_json(&p), body)
+        }
+    }
+}
+
+fn properties_to_json(p: &BasicProperties) -> Json {
     let mut out = Map::new();
     let mut put = |key: &str, value: Option<Json>| {
         if let Some(value) = value {

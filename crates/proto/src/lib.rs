@@ -5,3 +5,4 @@
 
 pub mod amqp091;
 pub mod amqp10;
+pub mod convert;

@@ -12,7 +12,7 @@ use warren_core::vhost::{QueueDeclare, VHost};
 
 use super::{body_object, listed_vhosts, rate, vhost, API_CONNECTION};
 use crate::auth::AuthUser;
-use crate::convert::{self, flag, payload_to_json, properties_to_json, table_to_json};
+use crate::convert::{self, flag, message_to_json, payload_to_json, table_to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
 use crate::ApiState;
@@ -273,15 +273,17 @@ fn message_json(
     truncate: Option<usize>,
 ) -> Json_ {
     let message = &delivery.message;
-    let body = &message.body[..message.body.len().min(truncate.unwrap_or(usize::MAX))];
+    let (properties, body) = message_to_json(message);
+    let payload_bytes = body.len();
+    let body = &body[..body.len().min(truncate.unwrap_or(usize::MAX))];
     let (payload, payload_encoding) = payload_to_json(body, encoding);
     json!({
-        "payload_bytes": message.body.len(),
+        "payload_bytes": payload_bytes,
         "redelivered": delivery.redelivered,
         "exchange": String::from_utf8_lossy(&message.exchange),
         "routing_key": String::from_utf8_lossy(&message.routing_key),
         "message_count": remaining,
-        "properties": properties_to_json(&message.properties),
+        "properties": properties,
         "payload": payload,
         "payload_encoding": payload_encoding,
     })

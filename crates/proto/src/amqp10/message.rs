@@ -91,17 +91,24 @@ pub struct Sections {
     pub footer: Option<FieldsMap>,
     /// Offset where the bare message starts (after header and annotations).
     pub bare_at: usize,
-    /// Where the body sections start and end in the message (before the footer).
+    /// Offset of the message-annotations, or of the bare message when there are none: what
+    /// follows the per-hop sections (header, delivery-annotations).
+    pub annotations_at: usize,
+    /// Where the body sections start and end in the message (before the footer); both at the
+    /// footer (or the end) when there is no body.
     pub body_at: usize,
     pub body_end: usize,
 }
 
 impl Sections {
-    /// Decodes every section of `message`.
+    /// Decodes every section of `message`. Sections must come in the spec's order (header,
+    /// delivery-annotations, message-annotations, properties, application-properties, body,
+    /// footer), each at most once, so that the offsets above delimit them.
     pub fn decode(message: &Bytes) -> Result<Sections, DecodeError> {
         let mut sections = Sections::default();
         let mut reader = Reader::new(message);
-        let mut bare_at = None;
+        let (mut bare_at, mut annotations_at, mut footer_at) = (None, None, None);
+        let mut last_code = None;
         while !reader.is_empty() {
             let start = reader.pos;
             let value = reader.value(0)?;
@@ -110,18 +117,37 @@ impl Sections {
             };
             let code = descriptor_code(&descriptor, &NAMES)
                 .map_err(|_| bad("(section)", "unknown section"))?;
+            let is_body = (code::DATA..=code::AMQP_VALUE).contains(&code);
+            let rank = if is_body { code::DATA } else { code };
+            if last_code.is_some_and(|last| rank < last || (rank == last && !is_body)) {
+                return Err(bad("(section)", "sections out of order or repeated"));
+            }
+            last_code = Some(rank);
+            if code >= code::MESSAGE_ANNOTATIONS && annotations_at.is_none() {
+                annotations_at = Some(start);
+            }
             if code >= code::PROPERTIES && bare_at.is_none() {
                 bare_at = Some(start);
             }
-            if (code::DATA..=code::AMQP_VALUE).contains(&code) {
+            if is_body {
                 if matches!(sections.body, Body::Empty) {
                     sections.body_at = start;
                 }
                 sections.body_end = reader.pos;
             }
+            if code == code::FOOTER {
+                footer_at = Some(start);
+            }
             sections.section(code, *inner, message.slice(start..reader.pos))?;
         }
         sections.bare_at = bare_at.unwrap_or(message.len());
+        sections.annotations_at = annotations_at.unwrap_or(message.len());
+        if matches!(sections.body, Body::Empty) {
+            sections.body_at = footer_at.unwrap_or(message.len());
+            sections.body_end = sections.body_at;
+        }
+        debug_assert!(sections.annotations_at <= sections.bare_at);
+        debug_assert!(sections.body_at <= sections.body_end);
         Ok(sections)
     }
 
@@ -281,6 +307,32 @@ pub fn encode_data_head(out: &mut BytesMut, len: usize) {
 
 /// Size of what `encode_data_head` writes.
 pub const DATA_HEAD_BYTES: usize = 8;
+
+/// Splits the message-annotations section off the front of `sections` (the bare message's
+/// sections before the body, as a broker keeps them): its map, and the bytes after it. Without
+/// one, `None` and `sections` whole (the common case, decided from the first bytes).
+pub fn split_message_annotations(
+    sections: &Bytes,
+) -> Result<(Option<FieldsMap>, Bytes), DecodeError> {
+    const SMALL_DESCRIPTOR: [u8; 2] = [0x00, 0x53];
+    match sections.get(..3) {
+        None => return Ok((None, sections.clone())),
+        Some([a, b, c])
+            if [*a, *b] == SMALL_DESCRIPTOR && u64::from(*c) != code::MESSAGE_ANNOTATIONS =>
+        {
+            return Ok((None, sections.clone()));
+        }
+        Some(_) => {}
+    }
+    let (value, len) = Value::decode(sections)?;
+    let Value::Described(descriptor, inner) = value else {
+        return Err(bad("(section)", "expected a described section"));
+    };
+    if descriptor_code(&descriptor, &NAMES).ok() != Some(code::MESSAGE_ANNOTATIONS) {
+        return Ok((None, sections.clone()));
+    }
+    Ok((Some(map(*inner)?), sections.slice(len..)))
+}
 
 /// Writes a whole message with one data section (tests and clients).
 pub fn encode_simple(

@@ -4,7 +4,7 @@
 //! is sent to a client, in the shape RabbitMQ writes them (`rabbit_dead_letter`).
 
 use bytes::{Bytes, BytesMut};
-use warren_core::message::{Death, Deaths, Message};
+use warren_core::message::{Death, Deaths, Format, Message};
 use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue};
 
 /// RabbitMQ's `MAX_EXPIRY_TIMER`: the largest `expiration` accepted.
@@ -70,15 +70,49 @@ fn parse_expiration(text: &str) -> Result<u32, String> {
     u32::try_from(value).map_err(|_| format!("{{value_too_large,{number}}}"))
 }
 
-/// The properties to send with `message`: as published, or, for a dead-lettered message,
-/// with its death headers and without `expiration` (decoded and encoded again: rare path).
+/// The properties and body to send with `message`: for an AMQP 0.9.1 message its properties
+/// (see [`delivery_properties`]) and body; an AMQP 1.0 message is converted here, at delivery,
+/// as RabbitMQ's conversions page maps it.
+pub fn delivery_content(message: &Message) -> (Bytes, Bytes) {
+    match message.format {
+        Format::Amqp091 => (delivery_properties(message), message.body.clone()),
+        Format::Amqp10 => {
+            let (mut properties, body) = warren_proto::convert::kept_to_amqp091(
+                message.persistent,
+                message.priority,
+                message.expiration_ms,
+                &message.properties,
+                &message.body,
+            );
+            if let Some(deaths) = &message.deaths {
+                set_death_headers(&mut properties, deaths);
+            }
+            let mut out = BytesMut::with_capacity(message.properties.len() + 64);
+            properties.encode(&mut out);
+            (out.freeze(), body)
+        }
+    }
+}
+
+/// The properties to send with an AMQP 0.9.1 `message`: as published, or, for a
+/// dead-lettered message, with its death headers and without `expiration` (decoded and
+/// encoded again: rare path).
 pub fn delivery_properties(message: &Message) -> Bytes {
+    debug_assert_eq!(message.format, Format::Amqp091);
     let Some(deaths) = &message.deaths else {
         return message.properties.clone();
     };
     let Ok(mut properties) = BasicProperties::decode(&message.properties) else {
         return message.properties.clone();
     };
+    set_death_headers(&mut properties, deaths);
+    let mut out = BytesMut::with_capacity(message.properties.len() + 256);
+    properties.encode(&mut out);
+    out.freeze()
+}
+
+/// Drops `expiration` and replaces the death headers with `deaths`.
+fn set_death_headers(properties: &mut BasicProperties, deaths: &Deaths) {
     properties.expiration = None;
     let mut headers = properties.headers.take().unwrap_or_default();
     headers
@@ -88,9 +122,6 @@ pub fn delivery_properties(message: &Message) -> Bytes {
     // As RabbitMQ, which sorts the table whenever it sets a header.
     headers.0.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     properties.headers = Some(headers);
-    let mut out = BytesMut::with_capacity(message.properties.len() + 256);
-    properties.encode(&mut out);
-    out.freeze()
 }
 
 fn add_death_headers(headers: &mut FieldTable, deaths: &Deaths) {

@@ -432,9 +432,8 @@ impl Connection {
         });
         let message = &delivery.message;
         let frame_max = self.tuning.frame_max;
-        let properties = annotations::delivery_properties(message);
-        self.out
-            .content(id, &method, &properties, &message.body, frame_max);
+        let (properties, body) = annotations::delivery_content(message);
+        self.out.content(id, &method, &properties, &body, frame_max);
         Ok(())
     }
 
@@ -606,9 +605,8 @@ impl Connection {
             exchange: exchange_of(message),
             routing_key: routing_key_of(message),
         });
-        let properties = annotations::delivery_properties(message);
-        self.out
-            .content(id, &method, &properties, &message.body, frame_max);
+        let (properties, body) = annotations::delivery_content(message);
+        self.out.content(id, &method, &properties, &body, frame_max);
     }
 
     /// Writes deliveries the channel-wide prefetch held back, as far as settlements made room.

@@ -1,7 +1,19 @@
 //! Conversion of AMQP 0.9.1 field tables to core's protocol-neutral values.
 
+use warren_core::routing::MessageFields;
 use warren_core::value::{Table, Value};
-use warren_proto::amqp091::{FieldTable, FieldValue};
+use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue};
+
+/// What routing may read of a message (headers, consistent-hash on a property), from its
+/// AMQP 0.9.1 properties.
+pub fn message_fields(properties: BasicProperties) -> MessageFields {
+    MessageFields {
+        headers: properties.headers.as_ref().map(table_to_core),
+        message_id: properties.message_id.map(|v| v.as_str().to_owned()),
+        correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
+        timestamp: properties.timestamp,
+    }
+}
 
 pub fn table_to_core(table: &FieldTable) -> Table {
     table

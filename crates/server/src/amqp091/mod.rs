@@ -14,4 +14,4 @@ mod writer;
 
 pub(crate) use annotations::delivery_properties;
 pub use connection::{serve, Shared};
-pub(crate) use convert::table_to_core;
+pub(crate) use convert::message_fields;

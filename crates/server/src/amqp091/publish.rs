@@ -21,7 +21,7 @@ use warren_proto::amqp091::{
 use super::annotations;
 use super::channel::{Unacked, WaitingConfirm};
 use super::connection::Connection;
-use super::convert::table_to_core;
+use super::convert::message_fields;
 use super::fault::{Cause, Fault};
 
 const BASIC_CLASS_ID: u16 = 60;
@@ -349,15 +349,8 @@ impl Connection {
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
         let mut fields = || -> MessageFields {
-            let Ok(properties) = BasicProperties::decode(&message.properties) else {
-                return MessageFields::default();
-            };
-            MessageFields {
-                headers: properties.headers.as_ref().map(table_to_core),
-                message_id: properties.message_id.map(|v| v.as_str().to_owned()),
-                correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
-                timestamp: properties.timestamp,
-            }
+            BasicProperties::decode(&message.properties)
+                .map_or_else(|_| MessageFields::default(), message_fields)
         };
         let snapshot = vhost.snapshot();
         let routed = if cc.is_empty() {

@@ -124,8 +124,7 @@ pub struct Connection {
     /// Which session and link each of our consumers belongs to.
     pub(super) consumers: FxHashMap<ConsumerId, (u16, u32)>,
     pub(super) pending: Pending,
-    /// The last message converted from AMQP 1.0 (publish) and to it (deliveries).
-    pub(super) from_amqp10: convert::Amqp091Memo,
+    /// The sections last written before a delivery's body.
     pub(super) to_amqp10: convert::Amqp10Memo,
     /// A delivery's sections before its body, reused from one delivery to the next.
     pub(super) delivery_prefix: BytesMut,
@@ -175,7 +174,6 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         sessions: FxHashMap::default(),
         consumers: FxHashMap::default(),
         pending: Pending::default(),
-        from_amqp10: convert::Amqp091Memo::default(),
         to_amqp10: convert::Amqp10Memo::default(),
         delivery_prefix: BytesMut::new(),
         delivery_tags: BytesMut::new(),

@@ -1,211 +1,20 @@
-//! Messages between AMQP 1.0 and core's AMQP 0.9.1 form, as RabbitMQ's conversions page maps
-//! them. A single data section becomes the 0.9.1 body as is (a slice of the read buffer); any
-//! other body (several data sections, amqp-value, amqp-sequence) is kept as its AMQP 1.0
-//! encoding with `type` = `amqp-1.0`, and goes back out to AMQP 1.0 consumers unchanged.
+//! What an AMQP 1.0 consumer is sent before a message's body. An AMQP 1.0 message
+//! (`Format::Amqp10`) goes out as it was received, its properties, application-properties and
+//! body bytes unchanged, after a fresh header and the broker's message-annotations (merged with
+//! the publisher's); an AMQP 0.9.1 message's properties are converted as RabbitMQ's
+//! conversions page maps them (the mapping is `warren_proto::convert`). Both are memoized per
+//! connection: a queue's consecutive messages mostly share exchange, routing key and flags.
 
 use bytes::{Bytes, BytesMut};
-use warren_core::message::Message;
-use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue, ShortStr};
+use warren_core::message::{Deaths, Format, Message};
+use warren_proto::amqp091::BasicProperties;
 use warren_proto::amqp10::message::{
-    code as section, encode_data_head, encode_map_section, Body, Header, Properties, Sections,
+    code as section, encode_data_head, encode_map_section, split_message_annotations, Header,
+    Sections,
 };
+use warren_proto::amqp10::performative::FieldsMap;
 use warren_proto::amqp10::Value;
-
-/// The 0.9.1 `type` of a message whose body is AMQP 1.0-encoded sections.
-const AMQP10_BODY_TYPE: &str = "amqp-1.0";
-const SHORTSTR_MAX: usize = 255;
-
-/// The 0.9.1 properties and body of an AMQP 1.0 message.
-pub fn to_amqp091(sections: &Sections, raw: &Bytes) -> (BasicProperties, Bytes) {
-    let mut props = BasicProperties::default();
-    let mut headers = FieldTable::default();
-    if let Some(header) = &sections.header {
-        props.delivery_mode = Some(if header.durable { 2 } else { 1 });
-        props.priority = header.priority;
-        props.expiration = header.ttl.map(|ttl| ShortStr::from(ttl.to_string()));
-    } else {
-        props.delivery_mode = Some(1);
-    }
-    if let Some(p) = &sections.properties {
-        properties_to_amqp091(p, &mut props, &mut headers);
-    }
-    for (key, value) in sections.message_annotations.iter().flatten() {
-        let Some(key) = key
-            .as_str()
-            .filter(|k| k.starts_with("x-") && k.len() <= SHORTSTR_MAX)
-        else {
-            continue;
-        };
-        if let Some(value) = value_to_field(value) {
-            headers.insert(key, value);
-        }
-    }
-    for (key, value) in sections.application_properties.iter().flatten() {
-        let Some(key) = key.as_str().filter(|k| k.len() <= SHORTSTR_MAX) else {
-            continue;
-        };
-        if let Some(value) = value_to_field(value) {
-            headers.insert(key, value);
-        }
-    }
-    if !headers.0.is_empty() {
-        props.headers = Some(headers);
-    }
-    let body = match &sections.body {
-        Body::Empty => Bytes::new(),
-        Body::Data(chunks) if chunks.len() == 1 => chunks.first().cloned().unwrap_or_default(),
-        _ => {
-            props.kind = Some(ShortStr::from(AMQP10_BODY_TYPE));
-            raw.slice(sections.body_at..sections.body_end)
-        }
-    };
-    (props, body)
-}
-
-fn properties_to_amqp091(p: &Properties, props: &mut BasicProperties, headers: &mut FieldTable) {
-    let id_field = |value: &Value, header: &str, headers: &mut FieldTable| -> Option<ShortStr> {
-        match id_text(value) {
-            Some(text) if text.len() <= SHORTSTR_MAX => Some(ShortStr::from(text)),
-            Some(text) => {
-                headers.insert(header, FieldValue::LongStr(Bytes::from(text)));
-                None
-            }
-            None => {
-                if let Value::Binary(b) = value {
-                    headers.insert(header, FieldValue::Bytes(b.clone()));
-                }
-                None
-            }
-        }
-    };
-    props.message_id = p
-        .message_id
-        .as_ref()
-        .and_then(|v| id_field(v, "x-message-id", headers));
-    props.correlation_id = p
-        .correlation_id
-        .as_ref()
-        .and_then(|v| id_field(v, "x-correlation-id", headers));
-    props.user_id = p
-        .user_id
-        .as_ref()
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .filter(|s| s.len() <= SHORTSTR_MAX)
-        .map(ShortStr::from);
-    props.reply_to = p.reply_to.as_deref().map(|to| {
-        let queue = to.strip_prefix("/queues/").unwrap_or(to);
-        ShortStr::from(short(queue))
-    });
-    props.content_type = p.content_type.as_deref().map(|s| ShortStr::from(short(s)));
-    props.content_encoding = p
-        .content_encoding
-        .as_deref()
-        .map(|s| ShortStr::from(short(s)));
-    props.timestamp = p.creation_time.and_then(|ms| u64::try_from(ms / 1000).ok());
-    props.app_id = p.group_id.as_deref().map(|s| ShortStr::from(short(s)));
-}
-
-/// Truncates to a short string's limit at a character boundary.
-fn short(text: &str) -> &str {
-    let mut end = text.len().min(SHORTSTR_MAX);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
-}
-
-/// A message-id or correlation-id as text (strings, ulongs and uuids; binaries are not text).
-fn id_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(_) | Value::Symbol(_) => value.as_str().map(str::to_owned),
-        Value::Ulong(v) => Some(v.to_string()),
-        Value::Uuid(u) => Some(format!("urn:uuid:{}", uuid_text(u))),
-        _ => None,
-    }
-}
-
-fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
-fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let hex: String = text
-        .strip_prefix("urn:uuid:")?
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(i * 2..i * 2 + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-fn value_to_field(value: &Value) -> Option<FieldValue> {
-    Some(match value {
-        Value::Null => FieldValue::Void,
-        Value::Bool(v) => FieldValue::Bool(*v),
-        Value::Ubyte(v) => FieldValue::U8(*v),
-        Value::Ushort(v) => FieldValue::U16(*v),
-        Value::Uint(v) => FieldValue::I64(i64::from(*v)),
-        Value::Ulong(v) => FieldValue::I64(i64::try_from(*v).ok()?),
-        Value::Byte(v) => FieldValue::I8(*v),
-        Value::Short(v) => FieldValue::I16(*v),
-        Value::Int(v) => FieldValue::I32(*v),
-        Value::Long(v) => FieldValue::I64(*v),
-        Value::Float(v) => FieldValue::F32(*v),
-        Value::Double(v) => FieldValue::F64(*v),
-        Value::Timestamp(ms) => FieldValue::Timestamp(u64::try_from(ms / 1000).ok()?),
-        Value::String(b) | Value::Symbol(b) => FieldValue::LongStr(b.clone()),
-        Value::Binary(b) => FieldValue::Bytes(b.clone()),
-        Value::Uuid(u) => FieldValue::LongStr(Bytes::from(format!("urn:uuid:{}", uuid_text(u)))),
-        Value::Char(c) => FieldValue::LongStr(Bytes::from(c.to_string())),
-        Value::List(items) | Value::Array(items) => {
-            FieldValue::Array(items.iter().filter_map(value_to_field).collect())
-        }
-        Value::Map(pairs) => FieldValue::Table(
-            pairs
-                .iter()
-                .filter_map(|(k, v)| Some((short(k.as_str()?).to_owned(), value_to_field(v)?)))
-                .collect(),
-        ),
-        _ => return None,
-    })
-}
-
-fn field_to_value(value: &FieldValue) -> Option<Value> {
-    Some(match value {
-        FieldValue::Bool(v) => Value::Bool(*v),
-        FieldValue::I8(v) => Value::Byte(*v),
-        FieldValue::U8(v) => Value::Ubyte(*v),
-        FieldValue::I16(v) => Value::Short(*v),
-        FieldValue::U16(v) => Value::Ushort(*v),
-        FieldValue::I32(v) => Value::Int(*v),
-        FieldValue::U32(v) => Value::Uint(*v),
-        FieldValue::I64(v) => Value::Long(*v),
-        FieldValue::F32(v) => Value::Float(*v),
-        FieldValue::F64(v) => Value::Double(*v),
-        FieldValue::LongStr(b) => match std::str::from_utf8(b) {
-            Ok(_) => Value::String(b.clone()),
-            Err(_) => Value::Binary(b.clone()),
-        },
-        FieldValue::Timestamp(s) => Value::Timestamp(i64::try_from(*s).ok()?.saturating_mul(1000)),
-        FieldValue::Void => Value::Null,
-        FieldValue::Bytes(b) => Value::Binary(b.clone()),
-        _ => return None,
-    })
-}
+use warren_proto::convert::{field_to_value, properties_to_amqp10, AMQP10_BODY_TYPE};
 
 /// Writes the sections of a 0.9.1 message (`properties`, with the broker's annotations already
 /// rendered) up to its body's constructor into `out`; returns the body bytes, to be sent after
@@ -241,16 +50,7 @@ fn write_sections(
         delivery_count: u32::from(redelivered),
     };
     header.to_value().encode(out);
-    let mut annotations = vec![
-        (
-            Value::symbol_static("x-exchange"),
-            Value::String(message.exchange.clone()),
-        ),
-        (
-            Value::symbol_static("x-routing-key"),
-            Value::String(message.routing_key.clone()),
-        ),
-    ];
+    let mut annotations = broker_annotations(message);
     let amqp10_body = props.kind.as_deref() == Some(AMQP10_BODY_TYPE);
     if let Some(kind) = props.kind.as_deref().filter(|_| !amqp10_body) {
         annotations.push((Value::symbol_static("x-basic-type"), Value::string(kind)));
@@ -276,10 +76,8 @@ fn write_sections(
 
 /// Largest conversion input (properties, exchange and routing key) a memo keeps.
 const MEMO_KEY_BYTES_MAX: usize = 1024;
-/// Largest message head (sections before the body) a memo keeps.
-const MEMO_HEAD_BYTES_MAX: usize = 1024;
 
-/// A connection's last conversion to AMQP 1.0. A queue's consecutive messages mostly come
+/// A connection's last conversion to AMQP 1.0 of an AMQP 0.9.1 message. A queue's consecutive messages mostly come
 /// from one publisher with the same properties, exchange and routing key, so their sections
 /// before the body are the same bytes: they are copied from here instead of being decoded
 /// and encoded again. The key is copied (never a slice that would pin a read buffer); the
@@ -295,12 +93,26 @@ pub struct Amqp10Memo {
     amqp10_body: bool,
     /// What `write_sections` wrote for this key.
     sections: Vec<u8>,
+    /// For AMQP 1.0 messages.
+    kept: KeptMemo,
 }
 
 impl Amqp10Memo {
+    /// Writes `message`'s sections before its body into `out` and returns the body, to be sent
+    /// after them from its own buffer.
+    pub fn write(&mut self, message: &Message, redelivered: bool, out: &mut BytesMut) -> Bytes {
+        match message.format {
+            Format::Amqp10 => self.kept.write(message, redelivered, out),
+            Format::Amqp091 => {
+                let properties = crate::amqp091::delivery_properties(message);
+                self.write_converted(message, &properties, redelivered, out)
+            }
+        }
+    }
+
     /// Writes what `to_amqp10` writes and returns the body, from the memo when the inputs are
     /// the last ones.
-    pub fn write(
+    fn write_converted(
         &mut self,
         message: &Message,
         properties: &Bytes,
@@ -358,147 +170,162 @@ impl Amqp10Memo {
     }
 }
 
-/// What publishing takes from an AMQP 1.0 message besides its body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Converted {
-    /// The 0.9.1 properties, encoded.
-    pub properties: Bytes,
-    /// The header's durable flag.
-    pub persistent: bool,
-    pub priority: u8,
-    pub expiration_ms: Option<u32>,
-    /// The properties' user-id and to.
-    pub user_id: Option<Bytes>,
-    pub to: Option<String>,
+/// What the broker keeps of a received AMQP 1.0 message `raw`, decoded as `sections`
+/// (`Format::Amqp10`): the sections from the message-annotations up to the body, and the
+/// body sections with any footer; slices of `raw`.
+pub fn kept_sections(sections: &Sections, raw: &Bytes) -> (Bytes, Bytes) {
+    debug_assert!(sections.annotations_at <= sections.body_at);
+    debug_assert!(sections.body_at <= raw.len());
+    let head = raw.slice(sections.annotations_at..sections.body_at);
+    (head, raw.slice(sections.body_at..))
 }
 
-/// The 0.9.1 form of a decoded AMQP 1.0 message: what publishing takes, and the body.
-pub fn convert(sections: &Sections, raw: &Bytes) -> (Converted, Bytes) {
-    let (props, body) = to_amqp091(sections, raw);
-    let mut properties = BytesMut::new();
-    props.encode(&mut properties);
-    let header = sections.header.as_ref();
-    let converted = Converted {
-        properties: properties.freeze(),
-        persistent: header.is_some_and(|h| h.durable),
-        priority: header.and_then(|h| h.priority).unwrap_or(0),
-        expiration_ms: header.and_then(|h| h.ttl),
-        user_id: sections.properties.as_ref().and_then(|p| p.user_id.clone()),
-        to: sections.properties.as_ref().and_then(|p| p.to.clone()),
-    };
-    (converted, body)
-}
-
-/// A connection's last conversion from AMQP 1.0. A publisher's messages mostly differ only in
-/// their body: when a message is the last converted one's sections before the body (the same
-/// bytes) followed by a single data section, its conversion is the same, and the message is
-/// not decoded. The head is copied, never kept as a slice of a read buffer.
-#[derive(Default)]
-pub struct Amqp091Memo {
-    head: Vec<u8>,
-    converted: Option<Converted>,
-}
-
-impl Amqp091Memo {
-    /// The conversion of `raw`, when the memo has it, and the body (a slice of `raw`).
-    pub fn lookup(&self, raw: &Bytes) -> Option<(Converted, Bytes)> {
-        let converted = self.converted.as_ref()?;
-        let tail = raw.get(self.head.len()..)?;
-        if raw.get(..self.head.len())? != self.head.as_slice() {
-            return None;
-        }
-        let body_at = self.head.len() + data_section_head_len(tail)?;
-        Some((converted.clone(), raw.slice(body_at..)))
-    }
-
-    /// Keeps the conversion of `raw` (decoded as `sections`) when `lookup` can find it again:
-    /// its body is one data section at the end, in a form `lookup` reads.
-    pub fn store(&mut self, raw: &Bytes, sections: &Sections, converted: &Converted) {
-        let single_data = matches!(&sections.body, Body::Data(chunks) if chunks.len() == 1);
-        let found = single_data
-            && sections.body_at <= MEMO_HEAD_BYTES_MAX
-            && sections.body_end == raw.len()
-            && raw
-                .get(sections.body_at..)
-                .and_then(data_section_head_len)
-                .is_some();
-        if !found {
-            return;
-        }
-        let Some(head) = raw.get(..sections.body_at) else {
-            return;
-        };
-        debug_assert!(self.lookup(raw).is_none_or(|(c, _)| &c == converted));
-        self.head.clear();
-        self.head.extend_from_slice(head);
-        self.converted = Some(converted.clone());
-    }
-}
-
-/// The length of the head of `tail` when `tail` is exactly one data section with the small
-/// descriptor (vbin8 or vbin32): its bytes follow the head to the end.
-fn data_section_head_len(tail: &[u8]) -> Option<usize> {
-    let (head_len, size) = match tail {
-        [0x00, 0x53, 0x75, 0xa0, n, ..] => (5, usize::from(*n)),
-        [0x00, 0x53, 0x75, 0xb0, a, b, c, d, ..] => (
-            8,
-            usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?,
+/// The message-annotations the broker adds to every delivery (RabbitMQ 4's `x-exchange` and
+/// `x-routing-key`).
+fn broker_annotations(message: &Message) -> FieldsMap {
+    vec![
+        (
+            Value::symbol_static("x-exchange"),
+            Value::String(message.exchange.clone()),
         ),
-        _ => return None,
-    };
-    (tail.len().checked_sub(head_len)? == size).then_some(head_len)
+        (
+            Value::symbol_static("x-routing-key"),
+            Value::String(message.routing_key.clone()),
+        ),
+    ]
 }
 
-fn properties_to_amqp10(props: &BasicProperties) -> Properties {
-    let id = |text: &ShortStr| match parse_uuid(text.as_str()) {
-        Some(u) => Value::Uuid(u),
-        None => Value::string(text.as_str()),
+/// The dead-letter history for an AMQP 1.0 consumer: `x-first-death-*` and `x-last-death-*`
+/// as strings, what the AMQP 0.9.1 headers of the same names become when an AMQP 0.9.1
+/// message is converted. RabbitMQ 4 also writes `x-opt-deaths`, an array of maps; Warren does
+/// not yet, because fe2o3-amqp (serde_amqp 0.14) fails to decode any message that carries an
+/// array of maps, and `x-death` (tables) has never converted.
+fn push_death_summary(deaths: &Deaths, annotations: &mut FieldsMap) {
+    let mut put = |key: &'static str, value: Value| {
+        annotations.push((Value::symbol_static(key), value));
     };
-    Properties {
-        message_id: props.message_id.as_ref().map(id),
-        user_id: props
-            .user_id
-            .as_ref()
-            .map(|u| Bytes::copy_from_slice(u.as_bytes())),
-        reply_to: props.reply_to.as_ref().map(|q| {
-            if q.starts_with('/') {
-                q.as_str().to_owned()
-            } else {
-                format!("/queues/{}", percent_encode(q.as_str()))
-            }
-        }),
-        correlation_id: props.correlation_id.as_ref().map(id),
-        content_type: props.content_type.as_ref().map(|s| s.as_str().to_owned()),
-        content_encoding: props
-            .content_encoding
-            .as_ref()
-            .map(|s| s.as_str().to_owned()),
-        creation_time: props
-            .timestamp
-            .and_then(|s| i64::try_from(s).ok())
-            .map(|s| s.saturating_mul(1000)),
-        group_id: props.app_id.as_ref().map(|s| s.as_str().to_owned()),
-        ..Properties::default()
+    if let Some((queue, reason, exchange)) = &deaths.first {
+        put("x-first-death-queue", Value::string(queue));
+        put("x-first-death-reason", Value::string(reason.as_str()));
+        put("x-first-death-exchange", Value::String(exchange.clone()));
+    }
+    if let Some(last) = deaths.entries.first() {
+        put("x-last-death-queue", Value::string(&last.queue));
+        put("x-last-death-reason", Value::string(last.reason.as_str()));
+        put(
+            "x-last-death-exchange",
+            Value::String(deaths.last_exchange.clone()),
+        );
     }
 }
 
-/// Percent-encodes what RFC 3986 does not leave unreserved.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+/// Writes the header and message-annotations of an AMQP 1.0 message (`Format::Amqp10`): the
+/// header from the broker's fields and this delivery, the broker's annotations, then the
+/// publisher's own (`publisher`) except those the broker set.
+fn write_kept_head(
+    message: &Message,
+    redelivered: bool,
+    publisher: Option<FieldsMap>,
+    out: &mut BytesMut,
+) {
+    debug_assert_eq!(message.format, Format::Amqp10);
+    let header = Header {
+        durable: message.persistent,
+        priority: (message.priority != 0).then_some(message.priority),
+        ttl: message.expiration_ms,
+        first_acquirer: !redelivered,
+        delivery_count: u32::from(redelivered),
+    };
+    header.to_value().encode(out);
+    let mut annotations = broker_annotations(message);
+    if let Some(deaths) = &message.deaths {
+        push_death_summary(deaths, &mut annotations);
+    }
+    let broker_keys = annotations.len();
+    for (key, value) in publisher.into_iter().flatten() {
+        let taken = annotations
+            .get(..broker_keys)
+            .is_some_and(|ours| ours.iter().any(|(k, _)| k.as_str() == key.as_str()));
+        if !taken {
+            annotations.push((key, value));
         }
     }
-    out
+    encode_map_section(out, section::MESSAGE_ANNOTATIONS, &annotations);
+}
+
+/// The header and message-annotations last written for an AMQP 1.0 message without
+/// message-annotations of its own and without deaths: they depend only on the key fields.
+#[derive(Default)]
+struct KeptMemo {
+    valid: bool,
+    exchange: Vec<u8>,
+    routing_key: Vec<u8>,
+    /// persistent, priority, expiration, redelivered.
+    flags: (bool, u8, Option<u32>, bool),
+    sections: Vec<u8>,
+}
+
+impl KeptMemo {
+    /// Writes an AMQP 1.0 message's sections before its body, which it returns: the header
+    /// and annotations (from the memo when they are the last ones), then the publisher's
+    /// properties and application-properties as received.
+    fn write(&mut self, message: &Message, redelivered: bool, out: &mut BytesMut) -> Bytes {
+        // Decoded at publish, so never an error; a message-annotations section is rare.
+        let (publisher, rest) = split_message_annotations(&message.properties)
+            .unwrap_or_else(|_| (None, message.properties.clone()));
+        let plain = publisher.is_none() && message.deaths.is_none();
+        let flags = (
+            message.persistent,
+            message.priority,
+            message.expiration_ms,
+            redelivered,
+        );
+        let hit = plain
+            && self.valid
+            && self.flags == flags
+            && self.routing_key == message.routing_key.as_ref()
+            && self.exchange == message.exchange.as_ref();
+        if hit {
+            out.extend_from_slice(&self.sections);
+        } else {
+            let start = out.len();
+            write_kept_head(message, redelivered, publisher, out);
+            let key_bytes = message.exchange.len() + message.routing_key.len();
+            self.valid = plain && key_bytes <= MEMO_KEY_BYTES_MAX;
+            if self.valid {
+                let copy = |to: &mut Vec<u8>, from: &[u8]| {
+                    to.clear();
+                    to.extend_from_slice(from);
+                };
+                copy(&mut self.exchange, &message.exchange);
+                copy(&mut self.routing_key, &message.routing_key);
+                copy(&mut self.sections, out.get(start..).unwrap_or_default());
+                self.flags = flags;
+            }
+        }
+        out.extend_from_slice(&rest);
+        if !has_body_section(&message.body) {
+            // The spec requires a body; a publisher's message without one gets an empty data
+            // section, as a converted message always had.
+            encode_data_head(out, 0);
+        }
+        message.body.clone()
+    }
+}
+
+/// Whether kept body bytes (body sections, then any footer) start with a body section rather
+/// than being empty or only a footer.
+fn has_body_section(body: &[u8]) -> bool {
+    const FOOTER: [u8; 3] = [0x00, 0x53, section::FOOTER as u8];
+    !body.is_empty() && !body.starts_with(&FOOTER)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warren_proto::amqp10::message::encode_simple;
+    use warren_proto::amqp091::ShortStr;
+    use warren_proto::amqp10::message::{encode_simple, Body, Properties};
+    use warren_proto::convert::to_amqp091;
 
     #[test]
     fn amqp10_to_amqp091_and_back() {
@@ -580,58 +407,69 @@ mod tests {
         for (message, redelivered) in &cases {
             let (mut plain, mut memoized) = (BytesMut::new(), BytesMut::from(&b"xy"[..]));
             let body = to_amqp10(message, &message.properties, *redelivered, &mut plain);
-            let body2 = memo.write(message, &message.properties, *redelivered, &mut memoized);
+            let body2 =
+                memo.write_converted(message, &message.properties, *redelivered, &mut memoized);
             assert_eq!(body, body2);
             assert_eq!(&memoized[2..], &plain[..]);
         }
     }
 
+    /// An AMQP 1.0 message goes out with its bare message's bytes as received, after a fresh
+    /// header and the broker's annotations merged with the publisher's.
     #[test]
-    fn the_amqp091_memo_converts_as_a_decode() {
-        let header = Header {
+    fn kept_messages_go_out_as_received() {
+        let mut raw = BytesMut::new();
+        Header {
             durable: true,
             ..Default::default()
-        };
+        }
+        .to_value()
+        .encode(&mut raw);
+        let publisher = vec![(Value::symbol("x-opt-p"), Value::Ulong(u64::MAX))];
+        encode_map_section(&mut raw, section::MESSAGE_ANNOTATIONS, &publisher);
         let properties = Properties {
-            to: Some("/queues/q".into()),
+            message_id: Some(Value::Uuid([9; 16])),
             ..Default::default()
         };
-        let encode = |header: Option<&Header>, body: &[u8]| {
+        properties.to_value().encode(&mut raw);
+        let application = vec![(Value::string("k"), Value::Symbol(Bytes::from_static(b"s")))];
+        encode_map_section(&mut raw, section::APPLICATION_PROPERTIES, &application);
+        encode_data_head(&mut raw, 5);
+        raw.extend_from_slice(b"hello");
+        let raw = raw.freeze();
+        let sections = Sections::decode(&raw).unwrap();
+        let (head, body) = kept_sections(&sections, &raw);
+        let mut message = Message::new(Bytes::new(), Bytes::from_static(b"q"), head, body);
+        message.format = Format::Amqp10;
+        message.persistent = true;
+        let mut memo = Amqp10Memo::default();
+        for redelivered in [false, true, true] {
             let mut out = BytesMut::new();
-            encode_simple(&mut out, header, Some(&properties), body);
-            out.freeze()
-        };
-        let mut memo = Amqp091Memo::default();
-        let first = encode(Some(&header), b"one");
-        assert!(memo.lookup(&first).is_none());
-        let sections = Sections::decode(&first).unwrap();
-        let (converted, body) = convert(&sections, &first);
-        memo.store(&first, &sections, &converted);
-        assert_eq!(&body[..], b"one");
-        for message in [
-            encode(Some(&header), b"two"),
-            encode(Some(&header), &[7; 300]),
-        ] {
-            let (hit, body) = memo.lookup(&message).expect("same head");
-            let sections = Sections::decode(&message).unwrap();
-            assert_eq!((hit, body), convert(&sections, &message));
+            let body = memo.write(&message, redelivered, &mut out);
+            out.extend_from_slice(&body);
+            let back = Sections::decode(&out.freeze()).unwrap();
+            assert_eq!(back.properties, sections.properties);
+            assert_eq!(back.application_properties, sections.application_properties);
+            assert_eq!(back.body, sections.body);
+            let header = back.header.unwrap();
+            assert!(header.durable && header.first_acquirer != redelivered);
+            let annotations = back.message_annotations.unwrap();
+            assert_eq!(annotations.len(), 3);
+            assert_eq!(annotations.get(2), publisher.first());
         }
-        // Another head, or more than one data section after it: decoded.
-        assert!(memo.lookup(&encode(None, b"two")).is_none());
-        let mut two = BytesMut::from(&first[..]);
-        encode_data_head(&mut two, 1);
-        two.extend_from_slice(b"x");
-        assert!(memo.lookup(&two.freeze()).is_none());
-        assert!(memo.lookup(&first.slice(..first.len() - 1)).is_none());
-    }
-
-    #[test]
-    fn uuids_convert_to_urns() {
-        let u = [
-            0x55, 0x0e, 0x84, 0, 0xe2, 0x9b, 0x41, 0xd4, 0xa7, 0x16, 0x44, 0x66, 0x55, 0x44, 0, 0,
-        ];
-        let text = id_text(&Value::Uuid(u)).unwrap();
-        assert_eq!(text, "urn:uuid:550e8400-e29b-41d4-a716-446655440000");
-        assert_eq!(parse_uuid(&text), Some(u));
+        tracing::info!("a message without a body gets an empty data section");
+        let mut raw = BytesMut::new();
+        properties.to_value().encode(&mut raw);
+        let raw = raw.freeze();
+        let sections = Sections::decode(&raw).unwrap();
+        let (head, body) = kept_sections(&sections, &raw);
+        let mut message = Message::new(Bytes::new(), Bytes::from_static(b"q"), head, body);
+        message.format = Format::Amqp10;
+        let mut out = BytesMut::new();
+        let body = memo.write(&message, false, &mut out);
+        out.extend_from_slice(&body);
+        let back = Sections::decode(&out.freeze()).unwrap();
+        assert_eq!(back.body, Body::Data(vec![Bytes::new()]));
+        assert_eq!(back.properties, sections.properties);
     }
 }

@@ -508,14 +508,10 @@ impl Connection {
         };
         let delivery_id = session.next_outgoing_id;
         let message = &delivery.message;
-        let properties = crate::amqp091::delivery_properties(message);
         self.delivery_prefix.clear();
-        let body = self.to_amqp10.write(
-            message,
-            &properties,
-            delivery.redelivered,
-            &mut self.delivery_prefix,
-        );
+        let body = self
+            .to_amqp10
+            .write(message, delivery.redelivered, &mut self.delivery_prefix);
         let transfer = Transfer {
             handle,
             delivery_id: Some(delivery_id),

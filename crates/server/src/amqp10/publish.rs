@@ -184,23 +184,16 @@ impl Connection {
         settled: bool,
         raw: Bytes,
     ) -> Result<(), Fault> {
-        let (converted, body) = match self.from_amqp10.lookup(&raw) {
-            Some(hit) => hit,
-            None => {
-                let sections = Sections::decode(&raw).map_err(|error| {
-                    Fault::close(
-                        condition::DECODE_ERROR,
-                        format!("malformed message: {error}"),
-                    )
-                })?;
-                let (converted, body) = convert::convert(&sections, &raw);
-                self.from_amqp10.store(&raw, &sections, &converted);
-                (converted, body)
-            }
-        };
+        let sections = Sections::decode(&raw).map_err(|error| {
+            Fault::close(
+                condition::DECODE_ERROR,
+                format!("malformed message: {error}"),
+            )
+        })?;
+        let properties = sections.properties.as_ref();
         // A user-id property must name the authenticated user. RabbitMQ ends the session;
         // Warren rejects the message, which every client reports on the send that caused it.
-        let user_id = converted.user_id.as_ref();
+        let user_id = properties.and_then(|p| p.user_id.as_ref());
         if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
             let text = format!(
                 "user_id property set to '{}' but authenticated user was '{}'",
@@ -214,7 +207,8 @@ impl Connection {
             }
             return Ok(());
         }
-        let (exchange, routing_key) = match self.destination(target, converted.to.as_deref()) {
+        let to = properties.and_then(|p| p.to.as_deref());
+        let (exchange, routing_key) = match self.destination(target, to) {
             Ok(to) => to,
             Err(error) => {
                 if !settled {
@@ -224,21 +218,23 @@ impl Connection {
                 return Ok(());
             }
         };
+        let (head, body) = convert::kept_sections(&sections, &raw);
+        let header = sections.header.as_ref();
         let message = Arc::new(Message {
-            format: Format::Amqp091,
+            format: Format::Amqp10,
             exchange,
             routing_key,
-            properties: converted.properties,
+            properties: head,
             body,
-            persistent: converted.persistent,
-            priority: converted.priority,
-            expiration_ms: converted.expiration_ms,
+            persistent: header.is_some_and(|h| h.durable),
+            priority: header.and_then(|h| h.priority).unwrap_or(0),
+            expiration_ms: header.and_then(|h| h.ttl),
             deaths: None,
         });
         // A vector kept from the last publish (no allocation per message).
         let mut targets = std::mem::take(&mut self.route_targets);
         targets.clear();
-        if let Err(error) = self.route(&message, &mut targets) {
+        if let Err(error) = self.route(&message, &sections, &raw, &mut targets) {
             if matches!(target, LinkTarget::Anonymous) {
                 if !settled {
                     let state = DeliveryState::Rejected {
@@ -330,28 +326,20 @@ impl Connection {
         }
     }
 
+    /// Routes `message`, decoded from `raw` as `sections`; a headers exchange reads the
+    /// headers its AMQP 0.9.1 form would have.
     fn route(
         &self,
         message: &Message,
+        sections: &Sections,
+        raw: &Bytes,
         targets: &mut Vec<QueueHandle>,
     ) -> Result<(), warren_core::BrokerError> {
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
         let mut fields = || -> MessageFields {
-            let Ok(properties) =
-                warren_proto::amqp091::BasicProperties::decode(&message.properties)
-            else {
-                return MessageFields::default();
-            };
-            MessageFields {
-                headers: properties
-                    .headers
-                    .as_ref()
-                    .map(crate::amqp091::table_to_core),
-                message_id: properties.message_id.map(|v| v.as_str().to_owned()),
-                correlation_id: properties.correlation_id.map(|v| v.as_str().to_owned()),
-                timestamp: properties.timestamp,
-            }
+            let (properties, _) = warren_proto::convert::to_amqp091(sections, raw);
+            crate::amqp091::message_fields(properties)
         };
         let vhost = self.vhost();
         let snapshot = vhost.snapshot();
