@@ -60,7 +60,17 @@ fn check_round_trip(frame: &Frame) {
             performative,
             payload,
         } => {
-            let _ = Sections::decode(payload);
+            // The broker's publish path checks with `decode_kept`: it must accept exactly
+            // what `decode` accepts, with the same offsets.
+            let full = Sections::decode(payload);
+            let kept = Sections::decode_kept(payload);
+            assert_eq!(full.is_ok(), kept.is_ok(), "decode and decode_kept disagree");
+            if let (Ok(full), Ok(kept)) = (full, kept) {
+                assert_eq!(
+                    (full.annotations_at, full.bare_at, full.body_at, full.body_end),
+                    (kept.annotations_at, kept.bare_at, kept.body_at, kept.body_end)
+                );
+            }
             encode_frame(&mut encoded, frame.channel, performative, payload);
         }
         FrameBody::Sasl(sasl) => encode_sasl_frame(&mut encoded, sasl),

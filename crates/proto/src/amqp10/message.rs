@@ -105,16 +105,33 @@ impl Sections {
     /// delivery-annotations, message-annotations, properties, application-properties, body,
     /// footer), each at most once, so that the offsets above delimit them.
     pub fn decode(message: &Bytes) -> Result<Sections, DecodeError> {
+        Sections::read(message, true)
+    }
+
+    /// What a broker that forwards the message as received needs: the header and properties
+    /// decoded, every other section checked as [`Sections::decode`] checks it and passed over
+    /// without building its values (`delivery_annotations`, `message_annotations`,
+    /// `application_properties` and `footer` stay `None`, `body` stays `Empty`); the offsets
+    /// are set as by `decode`. A message one accepts, the other accepts.
+    pub fn decode_kept(message: &Bytes) -> Result<Sections, DecodeError> {
+        Sections::read(message, false)
+    }
+
+    fn read(message: &Bytes, full: bool) -> Result<Sections, DecodeError> {
         let mut sections = Sections::default();
         let mut reader = Reader::new(message);
         let (mut bare_at, mut annotations_at, mut footer_at) = (None, None, None);
         let mut last_code = None;
+        let mut body_code = None;
         while !reader.is_empty() {
             let start = reader.pos;
-            let value = reader.value(0)?;
-            let Value::Described(descriptor, inner) = value else {
+            if reader.peek() != Some(0x00) {
+                // What `value` would give: a value that is not described.
+                reader.skip(0)?;
                 return Err(bad("(section)", "expected a described section"));
-            };
+            }
+            reader.pos += 1;
+            let descriptor = reader.value(1)?;
             let code = descriptor_code(&descriptor, &NAMES)
                 .map_err(|_| bad("(section)", "unknown section"))?;
             let is_body = (code::DATA..=code::AMQP_VALUE).contains(&code);
@@ -129,20 +146,30 @@ impl Sections {
             if code >= code::PROPERTIES && bare_at.is_none() {
                 bare_at = Some(start);
             }
-            if is_body {
-                if matches!(sections.body, Body::Empty) {
-                    sections.body_at = start;
-                }
-                sections.body_end = reader.pos;
-            }
             if code == code::FOOTER {
                 footer_at = Some(start);
             }
-            sections.section(code, *inner, message.slice(start..reader.pos))?;
+            if full || code == code::HEADER || code == code::PROPERTIES {
+                let inner = reader.value(1)?;
+                sections.section(code, inner, message.slice(start..reader.pos))?;
+            } else {
+                check_kept(code, &mut reader)?;
+            }
+            if is_body {
+                match body_code {
+                    None => sections.body_at = start,
+                    Some(first) if first != code || code == code::AMQP_VALUE => {
+                        return Err(bad("(body)", "a message has one kind of body"));
+                    }
+                    Some(_) => {}
+                }
+                body_code = Some(code);
+                sections.body_end = reader.pos;
+            }
         }
         sections.bare_at = bare_at.unwrap_or(message.len());
         sections.annotations_at = annotations_at.unwrap_or(message.len());
-        if matches!(sections.body, Body::Empty) {
+        if body_code.is_none() {
             sections.body_at = footer_at.unwrap_or(message.len());
             sections.body_end = sections.body_at;
         }
@@ -196,6 +223,28 @@ fn bad(field: &'static str, problem: &'static str) -> DecodeError {
         context: "message",
         field,
         problem,
+    }
+}
+
+/// Checks a section `decode_kept` passes over: the value `section` would take, without it.
+fn check_kept(code: u64, reader: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let format = reader.peek();
+    reader.skip(1)?;
+    let fits = match code {
+        code::DELIVERY_ANNOTATIONS
+        | code::MESSAGE_ANNOTATIONS
+        | code::APPLICATION_PROPERTIES
+        | code::FOOTER => matches!(format, Some(0x40 | 0xc1 | 0xd1)),
+        code::DATA => matches!(format, Some(0xa0 | 0xb0)),
+        code::AMQP_SEQUENCE => matches!(format, Some(0x45 | 0xc0 | 0xd0)),
+        code::AMQP_VALUE => true,
+        _ => return Err(bad("(section)", "unknown section")),
+    };
+    match (fits, code) {
+        (true, _) => Ok(()),
+        (false, code::DATA) => Err(bad("data", "expected a binary")),
+        (false, code::AMQP_SEQUENCE) => Err(bad("amqp-sequence", "expected a list")),
+        (false, _) => Err(bad("(annotations)", "expected a map")),
     }
 }
 

@@ -154,6 +154,11 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// The byte at the cursor, if any.
+    pub fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n);
         match end.and_then(|end| self.buf.get(self.pos..end)) {
@@ -287,6 +292,143 @@ impl<'a> Reader<'a> {
             0xe0 | 0xf0 => Value::Array(self.array_body(code, depth)?),
             _ => return Err(DecodeError::BadFormatCode { code, offset }),
         })
+    }
+
+    /// Checks the value at the cursor exactly as [`Reader::value`] would and moves past it,
+    /// building nothing: for sections that are forwarded as received.
+    pub fn skip(&mut self, depth: usize) -> Result<(), DecodeError> {
+        if depth > NESTING_MAX {
+            return Err(DecodeError::TooDeep {
+                max: NESTING_MAX,
+                offset: self.pos,
+            });
+        }
+        let code = self.u8("format code")?;
+        if code == 0x00 {
+            self.skip(depth + 1)?;
+            return self.skip(depth + 1);
+        }
+        self.skip_body(code, depth)
+    }
+
+    /// Checks and passes the value that follows format code `code` (see [`Reader::body`]).
+    fn skip_body(&mut self, code: u8, depth: usize) -> Result<(), DecodeError> {
+        let offset = self.pos;
+        let fixed = match code {
+            0x40..=0x45 => 0,
+            0x56 | 0x50 | 0x52 | 0x53 | 0x51 | 0x54 | 0x55 => 1,
+            0x60 | 0x61 => 2,
+            0x70 | 0x71 | 0x72 | 0x74 => 4,
+            0x80 | 0x81 | 0x82 | 0x84 | 0x83 => 8,
+            0x94 | 0x98 => 16,
+            0x73 => {
+                let point = self.u32("char")?;
+                return match char::from_u32(point) {
+                    Some(_) => Ok(()),
+                    None => Err(DecodeError::BadUtf8 {
+                        what: "char",
+                        offset,
+                    }),
+                };
+            }
+            0xa0 | 0xb0 => return self.variable_slice(code, "binary").map(drop),
+            0xa1 | 0xb1 => {
+                return match std::str::from_utf8(self.variable_slice(code, "string")?) {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(DecodeError::BadUtf8 {
+                        what: "string",
+                        offset,
+                    }),
+                };
+            }
+            0xa3 | 0xb3 => {
+                return match self.variable_slice(code, "symbol")?.is_ascii() {
+                    true => Ok(()),
+                    false => Err(DecodeError::BadUtf8 {
+                        what: "symbol",
+                        offset,
+                    }),
+                };
+            }
+            0xc0 | 0xd0 => return self.skip_compound(code, depth, "list", false),
+            0xc1 | 0xd1 => return self.skip_compound(code, depth, "map", true),
+            0xe0 | 0xf0 => return self.skip_array(code, depth),
+            _ => return Err(DecodeError::BadFormatCode { code, offset }),
+        };
+        self.take(fixed, "fixed-width value").map(drop)
+    }
+
+    fn variable_slice(&mut self, code: u8, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let size = if code & 0xf0 == 0xa0 {
+            usize::from(self.u8(what)?)
+        } else {
+            self.u32(what)? as usize
+        };
+        self.take(size, what)
+    }
+
+    /// A list or map, as [`Reader::compound`] checks it (a map's count must be even).
+    fn skip_compound(
+        &mut self,
+        code: u8,
+        depth: usize,
+        what: &'static str,
+        map: bool,
+    ) -> Result<(), DecodeError> {
+        let offset = self.pos;
+        let (size, count) = self.size_count(code & 0xf0 == 0xd0, what)?;
+        let end = self.pos + size as usize;
+        let limited = self.buf.slice(..end);
+        let mut inner = Reader::at(&limited, self.pos);
+        for _ in 0..count {
+            inner.skip(depth + 1)?;
+        }
+        if inner.pos != end {
+            return Err(DecodeError::TrailingBytes {
+                what,
+                extra: end - inner.pos,
+            });
+        }
+        if map && count % 2 != 0 {
+            return Err(DecodeError::BadCount {
+                what: "map",
+                offset,
+                count,
+                size: 0,
+            });
+        }
+        self.pos = end;
+        Ok(())
+    }
+
+    /// An array, as [`Reader::array_body`] checks it.
+    fn skip_array(&mut self, code: u8, depth: usize) -> Result<(), DecodeError> {
+        let (size, count) = self.size_count(code == 0xf0, "array")?;
+        let end = self.pos + size as usize;
+        let limited = self.buf.slice(..end);
+        let mut inner = Reader::at(&limited, self.pos);
+        let mut element_code = inner.u8("array constructor")?;
+        if element_code == 0x00 {
+            inner.skip(depth + 1)?;
+            element_code = inner.u8("array constructor")?;
+        }
+        if element_code == 0x00 {
+            return Err(DecodeError::BadFormatCode {
+                code: element_code,
+                offset: inner.pos,
+            });
+        }
+        for _ in 0..count {
+            inner.skip_body(element_code, depth + 1)?;
+        }
+        if inner.pos != end {
+            return Err(DecodeError::TrailingBytes {
+                what: "array",
+                extra: end - inner.pos,
+            });
+        }
+        self.pos = end;
+        Ok(())
     }
 
     fn variable(&mut self, code: u8, what: &'static str) -> Result<Bytes, DecodeError> {

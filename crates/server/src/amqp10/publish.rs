@@ -184,7 +184,8 @@ impl Connection {
         settled: bool,
         raw: Bytes,
     ) -> Result<(), Fault> {
-        let sections = Sections::decode(&raw).map_err(|error| {
+        // Checked whole, decoded only as far as the broker reads it: the rest goes out as it came.
+        let sections = Sections::decode_kept(&raw).map_err(|error| {
             Fault::close(
                 condition::DECODE_ERROR,
                 format!("malformed message: {error}"),
@@ -337,8 +338,12 @@ impl Connection {
     ) -> Result<(), warren_core::BrokerError> {
         let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
         let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
+        // Only a headers or hashing exchange asks: the sections `decode_kept` passed over are
+        // decoded then (they were checked, so this cannot fail).
         let mut fields = || -> MessageFields {
-            let (properties, _) = warren_proto::convert::to_amqp091(sections, raw);
+            let full = Sections::decode(raw);
+            let (properties, _) =
+                warren_proto::convert::to_amqp091(full.as_ref().unwrap_or(sections), raw);
             crate::amqp091::message_fields(properties)
         };
         let vhost = self.vhost();
