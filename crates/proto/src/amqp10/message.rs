@@ -105,7 +105,14 @@ impl Sections {
     /// delivery-annotations, message-annotations, properties, application-properties, body,
     /// footer), each at most once, so that the offsets above delimit them.
     pub fn decode(message: &Bytes) -> Result<Sections, DecodeError> {
-        Sections::read(message, true)
+        Sections::read(message, true, true)
+    }
+
+    /// Like [`Sections::decode`], but takes the sections in any order (a repeated section
+    /// replaces the earlier one); the offsets are then meaningless. For requests that are read, never forwarded:
+    /// RabbitMQ's AMQP 1.0 client libraries send management requests with the body first.
+    pub fn decode_any_order(message: &Bytes) -> Result<Sections, DecodeError> {
+        Sections::read(message, true, false)
     }
 
     /// What a broker that forwards the message as received needs: the header and properties
@@ -114,10 +121,10 @@ impl Sections {
     /// `application_properties` and `footer` stay `None`, `body` stays `Empty`); the offsets
     /// are set as by `decode`. A message one accepts, the other accepts.
     pub fn decode_kept(message: &Bytes) -> Result<Sections, DecodeError> {
-        Sections::read(message, false)
+        Sections::read(message, false, true)
     }
 
-    fn read(message: &Bytes, full: bool) -> Result<Sections, DecodeError> {
+    fn read(message: &Bytes, full: bool, in_order: bool) -> Result<Sections, DecodeError> {
         let mut sections = Sections::default();
         let mut reader = Reader::new(message);
         let (mut bare_at, mut annotations_at, mut footer_at) = (None, None, None);
@@ -136,7 +143,7 @@ impl Sections {
                 .map_err(|_| bad("(section)", "unknown section"))?;
             let is_body = (code::DATA..=code::AMQP_VALUE).contains(&code);
             let rank = if is_body { code::DATA } else { code };
-            if last_code.is_some_and(|last| rank < last || (rank == last && !is_body)) {
+            if in_order && last_code.is_some_and(|last| rank < last || (rank == last && !is_body)) {
                 return Err(bad("(section)", "sections out of order or repeated"));
             }
             last_code = Some(rank);

@@ -728,13 +728,28 @@ fn parse_plain(response: &[u8]) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
+/// The AMQP 1.0 open's properties. RabbitMQ's AMQP 1.0 client libraries (Java, .NET, Python,
+/// Go) refuse a server whose `product` is not `RabbitMQ` or whose `version` is below 4.0.0, so
+/// Warren names the dialect it speaks there: RabbitMQ 4's AMQP 1.0 (v2 addresses, the
+/// `/management` node). What it really is goes in `warren-product` and `warren-version`.
 fn server_properties() -> Vec<(Value, Value)> {
     vec![
-        (Value::symbol_static("product"), Value::string("Warren")),
+        (Value::symbol_static("product"), Value::string("RabbitMQ")),
         (
             Value::symbol_static("version"),
-            Value::string(env!("CARGO_PKG_VERSION")),
+            Value::string(AMQP10_DIALECT_VERSION),
         ),
         (Value::symbol_static("platform"), Value::string("Rust")),
+        (
+            Value::symbol_static("warren-product"),
+            Value::string("Warren"),
+        ),
+        (
+            Value::symbol_static("warren-version"),
+            Value::string(env!("CARGO_PKG_VERSION")),
+        ),
     ]
 }
+
+/// The RabbitMQ version whose AMQP 1.0 behaviour Warren implements (see `server_properties`).
+const AMQP10_DIALECT_VERSION: &str = "4.0.0";

@@ -36,7 +36,7 @@ impl Connection {
     /// Answers the collected management requests.
     pub(super) async fn answer_management(&mut self, requests: Vec<Request>) {
         for request in requests {
-            let (message_id, response) = match Sections::decode(&request.raw) {
+            let (message_id, response) = match Sections::decode_any_order(&request.raw) {
                 Ok(sections) => {
                     let id = sections
                         .properties
@@ -151,6 +151,13 @@ impl Connection {
                 ("auto_delete", Value::Bool(def.auto_delete)),
                 ("exclusive", Value::Bool(def.exclusive_owner.is_some())),
                 ("type", Value::string("classic")),
+                ("arguments", amqp10_table(&def.arguments)),
+                // A classic queue lives on this node; RabbitMQ's clients read both keys.
+                ("leader", Value::string(&warren_mgmt::node_name())),
+                (
+                    "replicas",
+                    Value::List(vec![Value::string(&warren_mgmt::node_name())]),
+                ),
                 ("message_count", Value::Ulong(u64::from(info.messages))),
                 ("consumer_count", Value::Uint(info.consumers)),
             ]),
@@ -293,6 +300,33 @@ fn table(value: &Value) -> Table {
         .iter()
         .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), core_value(v)?)))
         .collect()
+}
+
+/// Queue arguments as an AMQP 1.0 map with string keys (the reverse of `table`).
+fn amqp10_table(table: &Table) -> Value {
+    Value::Map(
+        table
+            .iter()
+            .map(|(k, v)| (Value::string(k), amqp10_value(v)))
+            .collect(),
+    )
+}
+
+fn amqp10_value(value: &CoreValue) -> Value {
+    match value {
+        CoreValue::Void => Value::Null,
+        CoreValue::Bool(v) => Value::Bool(*v),
+        CoreValue::Int(v) => Value::Long(*v),
+        CoreValue::Float(v) => Value::Double(*v),
+        CoreValue::Str(v) => Value::string(v),
+        CoreValue::Bytes(v) => Value::Binary(v.clone().into()),
+        CoreValue::Decimal { value, .. } => Value::Long(i64::from(*value)),
+        CoreValue::Timestamp(s) => {
+            Value::Timestamp(i64::try_from(*s).unwrap_or(i64::MAX).saturating_mul(1000))
+        }
+        CoreValue::Array(items) => Value::List(items.iter().map(amqp10_value).collect()),
+        CoreValue::Table(table) => amqp10_table(table),
+    }
 }
 
 fn core_value(value: &Value) -> Option<CoreValue> {
