@@ -377,18 +377,9 @@ impl<'a> Reader<'a> {
     ) -> Result<(), DecodeError> {
         let offset = self.pos;
         let (size, count) = self.size_count(code & 0xf0 == 0xd0, what)?;
-        let end = self.pos + size as usize;
-        let limited = self.buf.slice(..end);
-        let mut inner = Reader::at(&limited, self.pos);
-        for _ in 0..count {
-            inner.skip(depth + 1)?;
-        }
-        if inner.pos != end {
-            return Err(DecodeError::TrailingBytes {
-                what,
-                extra: end - inner.pos,
-            });
-        }
+        self.bounded(size, what, |inner| {
+            (0..count).try_for_each(|_| inner.skip(depth + 1))
+        })?;
         if map && count % 2 != 0 {
             return Err(DecodeError::BadCount {
                 what: "map",
@@ -397,38 +388,16 @@ impl<'a> Reader<'a> {
                 size: 0,
             });
         }
-        self.pos = end;
         Ok(())
     }
 
     /// An array, as [`Reader::array_body`] checks it.
     fn skip_array(&mut self, code: u8, depth: usize) -> Result<(), DecodeError> {
         let (size, count) = self.size_count(code == 0xf0, "array")?;
-        let end = self.pos + size as usize;
-        let limited = self.buf.slice(..end);
-        let mut inner = Reader::at(&limited, self.pos);
-        let mut element_code = inner.u8("array constructor")?;
-        if element_code == 0x00 {
-            inner.skip(depth + 1)?;
-            element_code = inner.u8("array constructor")?;
-        }
-        if element_code == 0x00 {
-            return Err(DecodeError::BadFormatCode {
-                code: element_code,
-                offset: inner.pos,
-            });
-        }
-        for _ in 0..count {
-            inner.skip_body(element_code, depth + 1)?;
-        }
-        if inner.pos != end {
-            return Err(DecodeError::TrailingBytes {
-                what: "array",
-                extra: end - inner.pos,
-            });
-        }
-        self.pos = end;
-        Ok(())
+        self.bounded(size, "array", |inner| {
+            let (_, element_code) = inner.array_constructor(depth)?;
+            (0..count).try_for_each(|_| inner.skip_body(element_code, depth + 1))
+        })
     }
 
     fn variable(&mut self, code: u8, what: &'static str) -> Result<Bytes, DecodeError> {
@@ -477,13 +446,27 @@ impl<'a> Reader<'a> {
         what: &'static str,
     ) -> Result<Vec<Value>, DecodeError> {
         let (size, count) = self.size_count(code & 0xf0 == 0xd0, what)?;
+        self.bounded(size, what, |inner| {
+            let mut items = Vec::with_capacity((count as usize).min(CAPACITY_HINT_MAX));
+            for _ in 0..count {
+                items.push(inner.value(depth + 1)?);
+            }
+            Ok(items)
+        })
+    }
+
+    /// Runs `read` on a reader limited to the next `size` bytes, which it must use exactly
+    /// (the body of a compound or array), then moves past them.
+    fn bounded<T>(
+        &mut self,
+        size: u32,
+        what: &'static str,
+        read: impl FnOnce(&mut Reader<'_>) -> Result<T, DecodeError>,
+    ) -> Result<T, DecodeError> {
         let end = self.pos + size as usize;
-        let mut items = Vec::with_capacity((count as usize).min(CAPACITY_HINT_MAX));
         let limited = self.buf.slice(..end);
         let mut inner = Reader::at(&limited, self.pos);
-        for _ in 0..count {
-            items.push(inner.value(depth + 1)?);
-        }
+        let value = read(&mut inner)?;
         if inner.pos != end {
             return Err(DecodeError::TrailingBytes {
                 what,
@@ -491,47 +474,46 @@ impl<'a> Reader<'a> {
             });
         }
         self.pos = end;
-        Ok(items)
+        Ok(value)
+    }
+
+    /// The element constructor of an array (after its size and count): an optional descriptor
+    /// and a format code that is not itself a descriptor's.
+    fn array_constructor(&mut self, depth: usize) -> Result<(Option<Value>, u8), DecodeError> {
+        let code = self.u8("array constructor")?;
+        let descriptor = if code == 0x00 {
+            Some(self.value(depth + 1)?)
+        } else {
+            None
+        };
+        let code = if descriptor.is_some() {
+            self.u8("array constructor")?
+        } else {
+            code
+        };
+        if code == 0x00 {
+            return Err(DecodeError::BadFormatCode {
+                code,
+                offset: self.pos,
+            });
+        }
+        Ok((descriptor, code))
     }
 
     fn array_body(&mut self, code: u8, depth: usize) -> Result<Vec<Value>, DecodeError> {
         let (size, count) = self.size_count(code == 0xf0, "array")?;
-        let end = self.pos + size as usize;
-        let limited = self.buf.slice(..end);
-        let mut inner = Reader::at(&limited, self.pos);
-        let element_code = inner.u8("array constructor")?;
-        let descriptor = if element_code == 0x00 {
-            Some(inner.value(depth + 1)?)
-        } else {
-            None
-        };
-        let element_code = if descriptor.is_some() {
-            inner.u8("array constructor")?
-        } else {
-            element_code
-        };
-        if element_code == 0x00 {
-            return Err(DecodeError::BadFormatCode {
-                code: element_code,
-                offset: inner.pos,
-            });
-        }
-        let mut items = Vec::with_capacity((count as usize).min(CAPACITY_HINT_MAX));
-        for _ in 0..count {
-            let value = inner.body(element_code, depth + 1)?;
-            items.push(match &descriptor {
-                Some(d) => Value::Described(Box::new(d.clone()), Box::new(value)),
-                None => value,
-            });
-        }
-        if inner.pos != end {
-            return Err(DecodeError::TrailingBytes {
-                what: "array",
-                extra: end - inner.pos,
-            });
-        }
-        self.pos = end;
-        Ok(items)
+        self.bounded(size, "array", |inner| {
+            let (descriptor, element_code) = inner.array_constructor(depth)?;
+            let mut items = Vec::with_capacity((count as usize).min(CAPACITY_HINT_MAX));
+            for _ in 0..count {
+                let value = inner.body(element_code, depth + 1)?;
+                items.push(match &descriptor {
+                    Some(d) => Value::Described(Box::new(d.clone()), Box::new(value)),
+                    None => value,
+                });
+            }
+            Ok(items)
+        })
     }
 }
 
