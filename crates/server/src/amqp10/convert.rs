@@ -86,8 +86,7 @@ const MEMO_KEY_BYTES_MAX: usize = 1024;
 pub struct Amqp10Memo {
     valid: bool,
     properties: Vec<u8>,
-    exchange: Vec<u8>,
-    routing_key: Vec<u8>,
+    route: RouteKey,
     redelivered: bool,
     /// The body is AMQP 1.0 sections: no data section's head.
     amqp10_body: bool,
@@ -122,8 +121,7 @@ impl Amqp10Memo {
         let hit = self.valid
             && self.redelivered == redelivered
             && self.properties == properties.as_ref()
-            && self.routing_key == message.routing_key.as_ref()
-            && self.exchange == message.exchange.as_ref();
+            && self.route.matches(message);
         if hit {
             out.extend_from_slice(&self.sections);
         } else {
@@ -157,14 +155,9 @@ impl Amqp10Memo {
             self.valid = false;
             return;
         };
-        let copy = |to: &mut Vec<u8>, from: &[u8]| {
-            to.clear();
-            to.extend_from_slice(from);
-        };
-        copy(&mut self.properties, properties);
-        copy(&mut self.exchange, &message.exchange);
-        copy(&mut self.routing_key, &message.routing_key);
-        copy(&mut self.sections, sections);
+        refill(&mut self.properties, properties);
+        self.route.set(message);
+        refill(&mut self.sections, sections);
         self.redelivered = redelivered;
         self.valid = true;
     }
@@ -258,8 +251,7 @@ fn write_kept_head(
 #[derive(Default)]
 struct KeptMemo {
     valid: bool,
-    exchange: Vec<u8>,
-    routing_key: Vec<u8>,
+    route: RouteKey,
     /// persistent, priority, expiration, redelivered.
     flags: (bool, u8, Option<u32>, bool),
     sections: Vec<u8>,
@@ -280,11 +272,7 @@ impl KeptMemo {
             message.expiration_ms,
             redelivered,
         );
-        let hit = plain
-            && self.valid
-            && self.flags == flags
-            && self.routing_key == message.routing_key.as_ref()
-            && self.exchange == message.exchange.as_ref();
+        let hit = plain && self.valid && self.flags == flags && self.route.matches(message);
         if hit {
             out.extend_from_slice(&self.sections);
         } else {
@@ -293,13 +281,8 @@ impl KeptMemo {
             let key_bytes = message.exchange.len() + message.routing_key.len();
             self.valid = plain && key_bytes <= MEMO_KEY_BYTES_MAX;
             if self.valid {
-                let copy = |to: &mut Vec<u8>, from: &[u8]| {
-                    to.clear();
-                    to.extend_from_slice(from);
-                };
-                copy(&mut self.exchange, &message.exchange);
-                copy(&mut self.routing_key, &message.routing_key);
-                copy(&mut self.sections, out.get(start..).unwrap_or_default());
+                self.route.set(message);
+                refill(&mut self.sections, out.get(start..).unwrap_or_default());
                 self.flags = flags;
             }
         }
@@ -311,6 +294,31 @@ impl KeptMemo {
         }
         message.body.clone()
     }
+}
+
+/// The exchange and routing key a memo entry was written for, copied (never a slice that
+/// would pin a read buffer).
+#[derive(Default)]
+struct RouteKey {
+    exchange: Vec<u8>,
+    routing_key: Vec<u8>,
+}
+
+impl RouteKey {
+    fn matches(&self, message: &Message) -> bool {
+        self.routing_key == message.routing_key.as_ref()
+            && self.exchange == message.exchange.as_ref()
+    }
+
+    fn set(&mut self, message: &Message) {
+        refill(&mut self.exchange, &message.exchange);
+        refill(&mut self.routing_key, &message.routing_key);
+    }
+}
+
+fn refill(to: &mut Vec<u8>, from: &[u8]) {
+    to.clear();
+    to.extend_from_slice(from);
 }
 
 /// Whether kept body bytes (body sections, then any footer) start with a body section rather
