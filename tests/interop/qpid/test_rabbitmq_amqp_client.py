@@ -89,12 +89,18 @@ def declared_over_amqp091(queue):
             connection.close()
 
 
-def test_management_declares_binds_unbinds_and_deletes(connection):
-    queue, exchange = names()
+def with_queue(connection, queue):
+    """The connection's management, after it declared the classic queue `queue`."""
     management = connection.management()
     management.declare_queue(
         ClassicQueueSpecification(name=queue, is_auto_delete=False, is_exclusive=False)
     )
+    return management
+
+
+def test_management_declares_binds_unbinds_and_deletes(connection):
+    queue, exchange = names()
+    management = with_queue(connection, queue)
     info = management.queue_info(name=queue)
     assert info.name == queue
     assert info.message_count == 0
@@ -133,10 +139,7 @@ def test_management_declares_binds_unbinds_and_deletes(connection):
 
 def test_publisher_and_consumer_round_trip(connection):
     queue, _ = names()
-    management = connection.management()
-    management.declare_queue(
-        ClassicQueueSpecification(name=queue, is_auto_delete=False, is_exclusive=False)
-    )
+    management = with_queue(connection, queue)
     publisher = connection.publisher(AddressHelper.queue_address(queue))
     publisher.publish(Message(body=Converter.string_to_bytes("hello from the RabbitMQ client")))
     publisher.close()
