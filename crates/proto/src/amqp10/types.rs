@@ -198,12 +198,7 @@ impl<'a> Reader<'a> {
 
     /// Reads a constructor and its value.
     pub fn value(&mut self, depth: usize) -> Result<Value, DecodeError> {
-        if depth > NESTING_MAX {
-            return Err(DecodeError::TooDeep {
-                max: NESTING_MAX,
-                offset: self.pos,
-            });
-        }
+        self.within_nesting(depth)?;
         let code = self.u8("format code")?;
         if code == 0x00 {
             let descriptor = self.value(depth + 1)?;
@@ -294,15 +289,21 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// Checks the value at the cursor exactly as [`Reader::value`] would and moves past it,
-    /// building nothing: for sections that are forwarded as received.
-    pub fn skip(&mut self, depth: usize) -> Result<(), DecodeError> {
+    /// Refuses a value nested deeper than [`NESTING_MAX`] (`value` and `skip` alike).
+    fn within_nesting(&self, depth: usize) -> Result<(), DecodeError> {
         if depth > NESTING_MAX {
             return Err(DecodeError::TooDeep {
                 max: NESTING_MAX,
                 offset: self.pos,
             });
         }
+        Ok(())
+    }
+
+    /// Checks the value at the cursor exactly as [`Reader::value`] would and moves past it,
+    /// building nothing: for sections that are forwarded as received.
+    pub fn skip(&mut self, depth: usize) -> Result<(), DecodeError> {
+        self.within_nesting(depth)?;
         let code = self.u8("format code")?;
         if code == 0x00 {
             self.skip(depth + 1)?;
