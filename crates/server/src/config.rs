@@ -13,6 +13,9 @@ use serde::Deserialize;
 use warren_core::alarm::{self, parse_information_unit};
 pub use warren_core::alarm::{DiskFreeLimit, MemoryWatermark};
 
+/// The longest `delivery_hold_ms` accepted.
+const DELIVERY_HOLD_MS_MAX: u64 = 1000;
+
 /// Everything the broker needs to start. `Default` is the embedded configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -69,6 +72,9 @@ pub struct Config {
     /// Deliveries a queue may have on their way to one AMQP 1.0 consumer whatever credit its
     /// client granted; topped up as they are sent (RabbitMQ's `max_queue_credit`).
     pub max_queue_credit: u32,
+    /// How long, in milliseconds, deliveries to a streaming consumer may wait to be written
+    /// with the next ones (see `amqp091::connection`); 0 writes every turn's at once.
+    pub delivery_hold_ms: u64,
     /// Memory high watermark as a fraction of the memory available (RAM, or the cgroup limit if
     /// lower): above it, publishers are blocked (RabbitMQ's `vm_memory_high_watermark.relative`).
     #[serde(deserialize_with = "fraction")]
@@ -106,6 +112,7 @@ impl Default for Config {
             max_link_credit: 128,
             max_incoming_window: 400,
             max_queue_credit: 256,
+            delivery_hold_ms: 1,
             vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
             vm_memory_high_watermark_absolute: None,
             disk_free_limit: DiskFreeLimit::default(),
@@ -171,6 +178,13 @@ impl Config {
         }
         if self.channel_max == 0 {
             return Err("channel_max must be at least 1".into());
+        }
+        if self.delivery_hold_ms > DELIVERY_HOLD_MS_MAX {
+            return Err(format!(
+                "delivery_hold_ms = {} is above {DELIVERY_HOLD_MS_MAX}: consumers would wait that \
+                 long for deliveries (1 is the default, 0 turns holding off)",
+                self.delivery_hold_ms
+            ));
         }
         Ok(())
     }
@@ -420,6 +434,19 @@ mod tests {
             assert!(error.contains("line 2"), "{text:?}: {error}");
             assert!(error.contains(&format!("key '{key}'")), "{text:?}: {error}");
         }
+    }
+
+    #[test]
+    fn delivery_hold_defaults_to_a_millisecond_and_is_bounded() {
+        assert_eq!(Config::from_toml("").unwrap().delivery_hold_ms, 1);
+        assert_eq!(
+            Config::from_toml("delivery_hold_ms = 0\n")
+                .unwrap()
+                .delivery_hold_ms,
+            0
+        );
+        let error = Config::from_toml("delivery_hold_ms = 5000\n").unwrap_err();
+        assert!(error.contains("delivery_hold_ms = 5000"), "{error}");
     }
 
     #[test]

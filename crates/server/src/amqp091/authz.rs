@@ -15,7 +15,7 @@ use warren_proto::amqp091::reply_code;
 use super::fault::{Cause, Fault};
 
 impl Connection {
-    fn grant_ref(&self) -> &Grant {
+    pub(super) fn grant_ref(&self) -> &Grant {
         self.grant
             .as_deref()
             .expect("invariant: channels exist only after connection.open")

@@ -5,10 +5,14 @@
 //! in per-queue batches (waiting when a queue's mailbox is full, which stops reading: credit
 //! flow to the client) -> send confirms -> write deliveries -> grant consumer credit -> flush.
 //!
+//! A turn that only brought queue deliveries may leave them unflushed for up to
+//! `delivery_hold_ms`, to be written with the next ones (see `Connection::hold_deliveries`).
+//!
 //! While a resource alarm is in effect, a connection that publishes stops reading (see
 //! `throttle.rs`); it keeps writing deliveries and heartbeats.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +22,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior, Sleep};
 use warren_core::access::Grant;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
@@ -48,6 +52,13 @@ const READ_SPACE_MIN_BYTES: usize = 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deliveries held back to be written with later ones (see `Connection::hold_deliveries`)
+/// wait at most `delivery_hold_ms` (rounded up to the timer's millisecond), and no longer
+/// once this many deliveries or bytes wait.
+const HOLD_DELIVERIES_MAX: u32 = 64;
+const HOLD_BYTES_MAX: usize = 64 * 1024;
+/// A client that sent anything this recently may be waiting on what it is sent: no hold.
+const HOLD_CLIENT_QUIET: Duration = Duration::from_millis(10);
 
 /// What every connection shares.
 pub struct Shared {
@@ -110,6 +121,14 @@ pub struct Connection {
     pub(super) client_properties: bytes::Bytes,
     /// The management API's view of this connection, once open.
     pub(super) registration: Option<Registration>,
+    /// What holding deliveries back needs (see `hold_deliveries`); made when the first
+    /// deliveries come, so connections that only publish or sit idle carry a pointer.
+    hold: Option<Box<Hold>>,
+    /// Whether everything written since the last flush is deliveries that may wait (see
+    /// `ConsumerState::may_wait`).
+    pub(super) may_hold: bool,
+    /// Deliveries written since the last flush.
+    pub(super) unflushed_deliveries: u32,
 }
 
 /// Serves one accepted socket until it closes.
@@ -151,6 +170,9 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         closed_by_client: false,
         client_properties: bytes::Bytes::new(),
         registration: None,
+        hold: None,
+        may_hold: true,
+        unflushed_deliveries: 0,
     };
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
     let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
@@ -211,6 +233,7 @@ impl Connection {
 
     pub(super) async fn flush(&mut self) -> Result<(), Fault> {
         if !self.out.is_empty() {
+            self.unflushed_deliveries = 0;
             let (bytes, writes) = self.out.flush(&mut self.socket_w).await?;
             self.wrote_since_tick = true;
             if let Some(registration) = &self.registration {
@@ -233,11 +256,15 @@ impl Connection {
         let entry = self.registration.as_ref().map(|r| r.entry().clone());
         loop {
             let blocked = self.throttle.is_blocked();
+            let mut from_outbox = false;
             tokio::select! {
                 read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk), if !blocked => {
                     let (read, space) = read?;
                     if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
+                    }
+                    if let Some(hold) = self.hold.as_deref_mut() {
+                        hold.last_read = Instant::now();
                     }
                     self.adapt_read_chunk(read, space);
                     self.read_idle_ticks = 0;
@@ -250,7 +277,13 @@ impl Connection {
                 () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
                 Ok(()) = self.access.changed() => self.on_access_changed()?,
                 // Taken below, with whatever else arrived during this turn.
-                () = outbox.notified() => {}
+                () = outbox.notified() => from_outbox = true,
+                // Held deliveries are due; those that came meanwhile count as a stream.
+                () = hold_elapsed(&mut self.hold), if self.hold.as_ref().is_some_and(|h| h.until.is_some()) => {
+                    if let Some(hold) = self.hold.as_deref_mut() {
+                        hold.last_deliveries = Instant::now();
+                    }
+                }
                 _ = tick(&mut ticker) => self.on_tick(heartbeat)?,
                 _ = shutdown.changed() => {
                     return Err(Fault::connection(
@@ -270,9 +303,70 @@ impl Connection {
             // Deliveries that arrived meanwhile go out in the same write.
             self.on_events();
             self.grant_credit().await;
+            if from_outbox && self.hold_deliveries() {
+                self.add_counts();
+                continue;
+            }
+            if let Some(hold) = self.hold.as_deref_mut() {
+                hold.until = None;
+            }
+            self.may_hold = true;
             self.flush().await?;
             self.add_counts();
             self.set_channel_gauges();
+        }
+    }
+
+    /// Whether the deliveries this turn wrote wait for more instead of being flushed now.
+    ///
+    /// A consumer connection fed in small batches (a publisher's round split over many
+    /// queues, or a publisher read a few messages at a time) would otherwise write a few
+    /// deliveries per `send` and wake its client as often: the syscall and the wake-up cost
+    /// more than the deliveries. In a steady stream they wait for the next ones, at most
+    /// `delivery_hold_ms` after the first, while all of this holds:
+    /// - everything written since the last flush is deliveries to consumers that need nothing
+    ///   more to go on (`ConsumerState::may_wait`);
+    /// - the client sent nothing for `HOLD_CLIENT_QUIET`: one that publishes or acknowledges
+    ///   may be waiting on what it is sent (a request-reply client, a consumer at its
+    ///   prefetch limit);
+    /// - deliveries came less than `delivery_hold_ms` before (a stream, not a lone message);
+    /// - fewer than `HOLD_DELIVERIES_MAX` deliveries and `HOLD_BYTES_MAX` bytes wait.
+    ///
+    /// Any other turn (the client sent something, a heartbeat, a confirm) flushes at once.
+    fn hold_deliveries(&mut self) -> bool {
+        let hold_ms = self.shared.config.delivery_hold_ms;
+        if hold_ms == 0 || !self.may_hold || self.out.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let Some(hold) = self.hold.as_deref_mut() else {
+            // The first deliveries: nothing known of the stream yet.
+            self.hold = Some(Box::new(Hold {
+                last_read: now,
+                last_deliveries: now,
+                until: None,
+                timer: Box::pin(tokio::time::sleep_until(now)),
+            }));
+            return false;
+        };
+        let previous = std::mem::replace(&mut hold.last_deliveries, now);
+        if self.unflushed_deliveries >= HOLD_DELIVERIES_MAX
+            || self.out.len() >= HOLD_BYTES_MAX
+            || now.duration_since(hold.last_read) < HOLD_CLIENT_QUIET
+        {
+            return false;
+        }
+        match hold.until {
+            Some(until) => now < until,
+            None => {
+                let limit = Duration::from_millis(hold_ms);
+                if now.duration_since(previous) >= limit {
+                    return false;
+                }
+                hold.until = Some(now + limit);
+                hold.timer.as_mut().reset(now + limit);
+                true
+            }
         }
     }
 
@@ -594,6 +688,25 @@ impl Connection {
 async fn close_requested(entry: Option<&ConnectionEntry>) -> String {
     match entry {
         Some(entry) => entry.close_requested().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A consumer connection's record for holding deliveries back.
+struct Hold {
+    /// When the client last sent anything (since this record was made).
+    last_read: Instant,
+    /// When queue deliveries last came.
+    last_deliveries: Instant,
+    /// Held deliveries are due then.
+    until: Option<Instant>,
+    timer: Pin<Box<Sleep>>,
+}
+
+/// Resolves when held deliveries are due.
+async fn hold_elapsed(hold: &mut Option<Box<Hold>>) {
+    match hold {
+        Some(hold) => hold.timer.as_mut().await,
         None => std::future::pending().await,
     }
 }

@@ -51,17 +51,30 @@ impl ConsumerState {
     /// prefetch (0 = none); deliveries held back by it count against the consumer too, so a
     /// consumer never has more than the limit in flight.
     fn credit_target(&self, global: u16) -> u32 {
-        if self.no_ack {
-            return self.flow_window();
+        match self.prefetch_limit(global) {
+            None => self.flow_window(),
+            Some(limit) => limit
+                .min(CONSUMER_FLOW_CREDIT_MAX)
+                .saturating_sub(self.unacked + self.held),
         }
-        let limit = match (self.prefetch, u32::from(global)) {
-            (0, 0) => return self.flow_window(),
-            (0, limit) | (limit, 0) => limit,
-            (own, global) => own.min(global),
-        };
-        limit
-            .min(CONSUMER_FLOW_CREDIT_MAX)
-            .saturating_sub(self.unacked + self.held)
+    }
+
+    /// The unsettled deliveries this consumer may have: its own prefetch count or the
+    /// channel-wide one, whichever is lower; `None` when it has no limit (no-ack, or no
+    /// prefetch set).
+    fn prefetch_limit(&self, global: u16) -> Option<u32> {
+        match (self.no_ack, self.prefetch, u32::from(global)) {
+            (true, ..) | (false, 0, 0) => None,
+            (false, 0, limit) | (false, limit, 0) => Some(limit),
+            (false, own, global) => Some(own.min(global)),
+        }
+    }
+
+    /// Whether a delivery to this consumer may wait to be written with later ones: the
+    /// client needs nothing more to go on while under half its prefetch limit is in use.
+    fn may_wait(&self, global: u16) -> bool {
+        self.prefetch_limit(global)
+            .is_none_or(|limit| (self.unacked + self.held + 1) * 2 <= limit)
     }
 }
 
@@ -516,6 +529,9 @@ impl Connection {
 
     /// A queue event: write a delivery, or tell the client its consumer was cancelled.
     pub(super) fn on_event(&mut self, event: Event) {
+        if !matches!(event, Event::Deliver(_)) {
+            self.may_hold = false;
+        }
         match event {
             Event::Deliver(delivery) => self.deliver(delivery),
             Event::Confirmed { ticket, ok } => self.on_confirmed(ticket, ok),
@@ -561,6 +577,9 @@ impl Connection {
         };
         let state = &mut channel.consumers[index];
         state.outstanding = state.outstanding.saturating_sub(1);
+        if !state.may_wait(channel.channel_prefetch) {
+            self.may_hold = false;
+        }
         let global = usize::from(channel.channel_prefetch);
         if !state.no_ack && global > 0 && channel.unacked.len() >= global {
             state.held += 1;
@@ -607,6 +626,7 @@ impl Connection {
         });
         let (properties, body) = annotations::delivery_content(message);
         self.out.content(id, &method, &properties, &body, frame_max);
+        self.unflushed_deliveries += 1;
     }
 
     /// Writes deliveries the channel-wide prefetch held back, as far as settlements made room.

@@ -97,6 +97,11 @@ impl Writer {
         self.encode.is_empty() && self.queued.is_empty()
     }
 
+    /// Bytes waiting to be written.
+    pub fn len(&self) -> usize {
+        self.encode.len() + self.queued_bytes
+    }
+
     /// Gives back the buffers of a writer with nothing to write (after the handshake, or once
     /// a connection has gone quiet); the next frame starts a small one.
     pub fn shrink(&mut self) {
