@@ -48,6 +48,34 @@ async fn writes_to(broker: &TestBroker, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no connection named {name} with send_cnt in {list}"))
 }
 
+/// A connection named `name` consuming (no-ack) from a new queue: the connection (kept open
+/// by the caller), the consumer and the queue's name.
+async fn named_consumer(
+    broker: &TestBroker,
+    name: &str,
+) -> (lapin::Connection, lapin::Consumer, String) {
+    let queue = unique(name);
+    let connection = connect_named(broker, name).await;
+    let channel = bounded!(connection.create_channel()).unwrap();
+    declare_queue(&channel, &queue).await;
+    let consumer = consume_no_ack(&channel, &queue).await;
+    (connection, consumer, queue)
+}
+
+/// Publishes `MESSAGES` messages one at a time, each received before the next is sent.
+async fn publish_each_and_receive_it(
+    channel: &lapin::Channel,
+    consumer: &mut lapin::Consumer,
+    queue: &str,
+) {
+    for i in 0..MESSAGES {
+        publish(channel, "", queue, format!("m{i}").as_bytes()).await;
+        let delivery = next_delivery(consumer).await;
+        assert_eq!(body(&delivery), format!("m{i}"));
+        tokio::time::sleep(SPACING).await;
+    }
+}
+
 async fn consume_no_ack(channel: &lapin::Channel, queue: &str) -> lapin::Consumer {
     let options = BasicConsumeOptions {
         no_ack: true,
@@ -63,11 +91,7 @@ async fn a_streaming_consumer_gets_fewer_writes_and_every_message_in_order() {
     if broker.skip_if_external("sets delivery_hold_ms") {
         return;
     }
-    let queue = unique("hold-stream");
-    let consumer_connection = connect_named(&broker, "hold-consumer").await;
-    let consumer_channel = bounded!(consumer_connection.create_channel()).unwrap();
-    declare_queue(&consumer_channel, &queue).await;
-    let mut consumer = consume_no_ack(&consumer_channel, &queue).await;
+    let (_connection, mut consumer, queue) = named_consumer(&broker, "hold-consumer").await;
     let (_publisher, channel) = broker.channel().await;
     let before = writes_to(&broker, "hold-consumer").await;
 
@@ -104,12 +128,7 @@ async fn a_connection_that_publishes_gets_each_delivery_at_once() {
     let mut consumer = consume_no_ack(&channel, &queue).await;
     let before = writes_to(&broker, "hold-rpc").await;
 
-    for i in 0..MESSAGES {
-        publish(&channel, "", &queue, format!("r{i}").as_bytes()).await;
-        let delivery = next_delivery(&mut consumer).await;
-        assert_eq!(body(&delivery), format!("r{i}"));
-        tokio::time::sleep(SPACING).await;
-    }
+    publish_each_and_receive_it(&channel, &mut consumer, &queue).await;
 
     let writes = writes_to(&broker, "hold-rpc").await - before;
     assert!(
@@ -124,20 +143,11 @@ async fn no_hold_when_delivery_hold_ms_is_zero() {
     if broker.skip_if_external("sets delivery_hold_ms") {
         return;
     }
-    let queue = unique("hold-off");
-    let consumer_connection = connect_named(&broker, "hold-off").await;
-    let consumer_channel = bounded!(consumer_connection.create_channel()).unwrap();
-    declare_queue(&consumer_channel, &queue).await;
-    let mut consumer = consume_no_ack(&consumer_channel, &queue).await;
+    let (_connection, mut consumer, queue) = named_consumer(&broker, "hold-off").await;
     let (_publisher, channel) = broker.channel().await;
     let before = writes_to(&broker, "hold-off").await;
 
-    for i in 0..MESSAGES {
-        publish(&channel, "", &queue, format!("m{i}").as_bytes()).await;
-        let delivery = next_delivery(&mut consumer).await;
-        assert_eq!(body(&delivery), format!("m{i}"));
-        tokio::time::sleep(SPACING).await;
-    }
+    publish_each_and_receive_it(&channel, &mut consumer, &queue).await;
 
     let writes = writes_to(&broker, "hold-off").await - before;
     assert!(

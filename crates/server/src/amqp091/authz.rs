@@ -10,12 +10,12 @@ use warren_core::exchange::ExchangeType;
 use warren_core::BrokerError;
 
 use super::connection::Connection;
-use warren_proto::amqp091::reply_code;
+use warren_proto::amqp091::{reply_code, ShortStr};
 
 use super::fault::{Cause, Fault};
 
 impl Connection {
-    pub(super) fn grant_ref(&self) -> &Grant {
+    fn grant_ref(&self) -> &Grant {
         self.grant
             .as_deref()
             .expect("invariant: channels exist only after connection.open")
@@ -32,11 +32,13 @@ impl Connection {
     }
 
     /// Checks a routing key against topic permissions when `exchange` is a topic exchange.
+    /// The key is read (and its UTF-8 re-checked by `as_str`) only under topic permissions:
+    /// this runs for every publish.
     pub(super) fn check_topic(
         &self,
         perm: Perm,
         exchange: &str,
-        routing_key: &str,
+        routing_key: &ShortStr,
     ) -> Result<(), BrokerError> {
         let grant = self.grant_ref();
         if !grant.has_topic_permissions() {
@@ -46,7 +48,7 @@ impl Connection {
         let snapshot = vhost.snapshot();
         match snapshot.exchange(exchange) {
             Some(def) if def.kind == ExchangeType::Topic => {
-                grant.check_topic(perm, exchange, routing_key)
+                grant.check_topic(perm, exchange, routing_key.as_str())
             }
             _ => Ok(()),
         }

@@ -400,7 +400,7 @@ impl Connection {
         arguments: &FieldTable,
     ) -> Result<(), warren_core::BrokerError> {
         let vhost = self.vhost();
-        let (source, routing_key) = (source.as_str(), routing_key.as_str());
+        let source = source.as_str();
         let (kind, name) = match &destination {
             Destination::Queue(name) => (ResourceKind::Queue, name),
             Destination::Exchange(name) => (ResourceKind::Exchange, name),
@@ -408,6 +408,7 @@ impl Connection {
         self.check(Perm::Write, kind, name)?;
         self.check(Perm::Read, ResourceKind::Exchange, source)?;
         self.check_topic(Perm::Read, source, routing_key)?;
+        let routing_key = routing_key.as_str();
         let arguments = table_to_core(arguments);
         if bind {
             vhost.bind(source, destination, routing_key, arguments, self.id)

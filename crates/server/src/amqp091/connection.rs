@@ -231,9 +231,14 @@ impl Connection {
         let _ = self.rbuf.split_to(n);
     }
 
+    /// Writes what is queued; this ends any hold (see `hold_deliveries`).
     pub(super) async fn flush(&mut self) -> Result<(), Fault> {
+        if let Some(hold) = self.hold.as_deref_mut() {
+            hold.until = None;
+        }
+        self.may_hold = true;
+        self.unflushed_deliveries = 0;
         if !self.out.is_empty() {
-            self.unflushed_deliveries = 0;
             let (bytes, writes) = self.out.flush(&mut self.socket_w).await?;
             self.wrote_since_tick = true;
             if let Some(registration) = &self.registration {
@@ -307,10 +312,6 @@ impl Connection {
                 self.add_counts();
                 continue;
             }
-            if let Some(hold) = self.hold.as_deref_mut() {
-                hold.until = None;
-            }
-            self.may_hold = true;
             self.flush().await?;
             self.add_counts();
             self.set_channel_gauges();

@@ -136,14 +136,7 @@ impl Connection {
         }
         let exchange = publish.exchange.as_str();
         self.check(Perm::Write, ResourceKind::Exchange, exchange)
-            .and_then(|()| {
-                // The routing key is only looked at under topic permissions (and `as_str`
-                // re-checks its UTF-8).
-                if !self.grant_ref().has_topic_permissions() {
-                    return Ok(());
-                }
-                self.check_topic(Perm::Write, exchange, publish.routing_key.as_str())
-            })
+            .and_then(|()| self.check_topic(Perm::Write, exchange, &publish.routing_key))
             .map_err(|error| Fault::broker(id, error, PUBLISH_CAUSE))?;
         let channel = self
             .channels
