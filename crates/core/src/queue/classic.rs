@@ -74,6 +74,10 @@ pub struct Setup {
 
 /// Paged-out messages read back at once ahead of a dispatch pass.
 const READ_AHEAD_MAX: usize = 256;
+/// Staging vectors kept between dispatch passes, and the largest one kept: enough for a few
+/// consumer connections' batches without holding a burst's memory.
+const STAGING_SPARE_MAX: usize = 8;
+const STAGING_KEEP_EVENTS: usize = 1024;
 
 /// Starts a classic queue task.
 pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
@@ -264,6 +268,8 @@ pub struct ClassicQueue {
     last_dispatch: Instant,
     /// Deliveries staged per consumer outbox during one dispatch pass.
     staged: Vec<(Arc<Outbox>, Vec<Event>)>,
+    /// Emptied staging vectors kept for the next pass (their allocations are reused).
+    spare: Vec<Vec<Event>>,
     /// Paged-out messages read back ahead of delivery (see `read_ahead`), by seq.
     read_ahead: FxHashMap<u64, (Arc<Message>, Option<u64>)>,
     /// Running totals copied to the handle's stats once per turn.
@@ -293,6 +299,7 @@ impl ClassicQueue {
             flow: false,
             last_dispatch: Instant::now(),
             staged: Vec::new(),
+            spare: Vec::new(),
             read_ahead: FxHashMap::default(),
             totals: QueueStatsSnapshot::default(),
         }
@@ -1086,7 +1093,7 @@ impl ClassicQueue {
                 redelivered: ready.stored.redelivered,
             });
             let outbox = consumer.outbox.clone();
-            stage(&mut self.staged, outbox, event);
+            stage(&mut self.staged, &mut self.spare, outbox, event);
             delivered += 1;
         }
     }
@@ -1094,15 +1101,25 @@ impl ClassicQueue {
     fn flush_staged(&mut self) {
         for (outbox, mut events) in self.staged.drain(..) {
             outbox.push_batch(&mut events);
+            if self.spare.len() < STAGING_SPARE_MAX && events.capacity() <= STAGING_KEEP_EVENTS {
+                self.spare.push(events);
+            }
         }
     }
 }
 
-fn stage(staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>, outbox: Arc<Outbox>, event: Event) {
+fn stage(
+    staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>,
+    spare: &mut Vec<Vec<Event>>,
+    outbox: Arc<Outbox>,
+    event: Event,
+) {
     if let Some((_, events)) = staged.iter_mut().find(|(o, _)| Arc::ptr_eq(o, &outbox)) {
         events.push(event);
     } else {
-        staged.push((outbox, vec![event]));
+        let mut events = spare.pop().unwrap_or_default();
+        events.push(event);
+        staged.push((outbox, events));
     }
 }
 

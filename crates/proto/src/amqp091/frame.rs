@@ -8,7 +8,7 @@
 //! buffered, so an oversize frame is refused before its payload arrives; it allocates nothing
 //! until the whole frame and its frame-end octet are there.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::error::DecodeError;
 use super::method::Method;
@@ -131,9 +131,11 @@ pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>,
             found,
         });
     }
-    let frame = buf.split_to(frame_size).freeze();
-    debug_assert_eq!(frame.len(), frame_size);
-    let payload = frame.slice(FRAME_HEADER_SIZE..frame_size - 1);
+    // Narrowed to the payload in place: a slice would count one more reference to the read
+    // buffer (an atomic add and, later, an atomic sub) for every frame.
+    let mut payload = buf.split_to(frame_size).freeze();
+    payload.advance(FRAME_HEADER_SIZE);
+    payload.truncate(frame_size - FRAME_OVERHEAD);
     decode_payload(frame_type, channel, payload).map(Some)
 }
 
@@ -156,7 +158,7 @@ fn decode_payload(frame_type: u8, channel: u16, payload: Bytes) -> Result<Frame,
     }
 }
 
-fn decode_content_header(payload: Bytes) -> Result<ContentHeader, DecodeError> {
+fn decode_content_header(mut payload: Bytes) -> Result<ContentHeader, DecodeError> {
     let mut c = Cursor::new(&payload, "content header");
     let class_id = c.short("class-id")?;
     let weight = c.short("weight")?;
@@ -168,7 +170,8 @@ fn decode_content_header(payload: Bytes) -> Result<ContentHeader, DecodeError> {
     if weight != 0 {
         return Err(DecodeError::BadHeaderWeight { class_id, weight });
     }
-    let properties = payload.slice(CONTENT_HEADER_FIXED..);
+    payload.advance(CONTENT_HEADER_FIXED);
+    let properties = payload;
     validate_properties(&properties)?;
     Ok(ContentHeader {
         class_id,

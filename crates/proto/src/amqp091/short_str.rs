@@ -1,5 +1,6 @@
 //! `ShortStr`: the 0.9.1 `shortstr`, at most 255 bytes of UTF-8, held as a `Bytes` slice (usually
-//! of the read buffer, so decoding does not copy). `LongStr` is plain `Bytes`: `longstr` is binary.
+//! of the read buffer, so decoding does not copy) checked once, when it is made (`ByteString`):
+//! reading it as a `str` costs nothing. `LongStr` is plain `Bytes`: `longstr` is binary.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -7,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 
 use bytes::Bytes;
+use bytestring::ByteString;
 
 /// A `longstr`: up to 4 GiB of arbitrary bytes.
 pub type LongStr = Bytes;
@@ -17,7 +19,7 @@ pub type LongStr = Bytes;
 /// Equality, ordering and hashing are those of the `str`, so a `HashMap<ShortStr, _>` can be
 /// looked up with a `&str`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct ShortStr(Bytes);
+pub struct ShortStr(ByteString);
 
 impl ShortStr {
     /// The longest short string, in bytes.
@@ -30,31 +32,27 @@ impl ShortStr {
             s.len() <= ShortStr::MAX_LEN,
             "a shortstr is at most 255 bytes"
         );
-        ShortStr(Bytes::from_static(s.as_bytes()))
-    }
-
-    /// Wraps bytes the caller has checked: valid UTF-8, at most 255 bytes.
-    pub(crate) fn from_checked(bytes: Bytes) -> ShortStr {
-        debug_assert!(bytes.len() <= ShortStr::MAX_LEN);
-        debug_assert!(std::str::from_utf8(&bytes).is_ok());
-        ShortStr(bytes)
+        ShortStr(ByteString::from_static(s))
     }
 
     /// The string.
     pub fn as_str(&self) -> &str {
-        // Every constructor checks UTF-8, so the fallback is unreachable; re-checking up to 255
-        // bytes is the price of `forbid(unsafe_code)`.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        &self.0
     }
 
     /// The UTF-8 bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        self.0.as_bytes()
     }
 
     /// The underlying `Bytes` (a cheap reference-counted clone).
     pub fn to_bytes(&self) -> Bytes {
-        self.0.clone()
+        self.0.as_bytes().clone()
+    }
+
+    /// The underlying `Bytes`, without touching its reference count.
+    pub fn into_bytes(self) -> Bytes {
+        self.0.into_bytes()
     }
 
     /// Length in bytes (at most 255).
@@ -84,9 +82,7 @@ fn truncated_len(s: &str) -> usize {
 impl From<&str> for ShortStr {
     fn from(s: &str) -> ShortStr {
         let len = truncated_len(s);
-        ShortStr(Bytes::copy_from_slice(
-            s.as_bytes().get(..len).unwrap_or_default(),
-        ))
+        ShortStr(ByteString::from(s.get(..len).unwrap_or_default()))
     }
 }
 
@@ -94,9 +90,9 @@ impl From<&str> for ShortStr {
 impl From<String> for ShortStr {
     fn from(s: String) -> ShortStr {
         let len = truncated_len(&s);
-        let mut bytes = Bytes::from(s);
-        bytes.truncate(len);
-        ShortStr(bytes)
+        let mut s = s;
+        s.truncate(len);
+        ShortStr(ByteString::from(s))
     }
 }
 
@@ -189,14 +185,17 @@ impl ShortStr {
     /// Wraps `bytes` without copying, checking that they are UTF-8 and at most 255 bytes
     /// (strings that arrive in another container, such as a message a queue holds).
     pub fn from_utf8(bytes: Bytes) -> Result<ShortStr, crate::amqp091::DecodeError> {
-        if bytes.len() > ShortStr::MAX_LEN || std::str::from_utf8(&bytes).is_err() {
-            return Err(crate::amqp091::DecodeError::InvalidUtf8 {
-                context: "shortstr",
-                field: "value",
-                offset: 0,
-            });
+        let invalid = crate::amqp091::DecodeError::InvalidUtf8 {
+            context: "shortstr",
+            field: "value",
+            offset: 0,
+        };
+        if bytes.len() > ShortStr::MAX_LEN {
+            return Err(invalid);
         }
-        Ok(ShortStr(bytes))
+        ByteString::try_from(bytes)
+            .map(ShortStr)
+            .map_err(|_| invalid)
     }
 }
 

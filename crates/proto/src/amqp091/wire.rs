@@ -100,16 +100,30 @@ impl<'a> Cursor<'a> {
 
     /// A shortstr, checked to be UTF-8.
     pub(crate) fn shortstr(&mut self, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let (bytes, offset) = self.shortstr_unchecked(field)?;
+        match std::str::from_utf8(bytes) {
+            Ok(_) => Ok(bytes),
+            Err(_) => Err(self.invalid_utf8(field, offset)),
+        }
+    }
+
+    /// A shortstr's bytes and their offset, not yet checked for UTF-8 (the caller checks
+    /// them once, where it keeps them).
+    pub(crate) fn shortstr_unchecked(
+        &mut self,
+        field: &'static str,
+    ) -> Result<(&'a [u8], usize), DecodeError> {
         let len = self.octet(field)?;
         let offset = self.pos;
         let bytes = self.take(usize::from(len), field)?;
-        match std::str::from_utf8(bytes) {
-            Ok(_) => Ok(bytes),
-            Err(_) => Err(DecodeError::InvalidUtf8 {
-                context: self.context,
-                field,
-                offset,
-            }),
+        Ok((bytes, offset))
+    }
+
+    pub(crate) fn invalid_utf8(&self, field: &'static str, offset: usize) -> DecodeError {
+        DecodeError::InvalidUtf8 {
+            context: self.context,
+            field,
+            offset,
         }
     }
 
@@ -182,8 +196,9 @@ impl<'a> Decoder<'a> {
     }
 
     pub(crate) fn shortstr(&mut self, field: &'static str) -> Result<ShortStr, DecodeError> {
-        let slice = self.cursor.shortstr(field)?;
-        Ok(ShortStr::from_checked(self.src.slice_ref(slice)))
+        let (slice, offset) = self.cursor.shortstr_unchecked(field)?;
+        ShortStr::from_utf8(self.src.slice_ref(slice))
+            .map_err(|_| self.cursor.invalid_utf8(field, offset))
     }
 
     pub(crate) fn longstr(&mut self, field: &'static str) -> Result<Bytes, DecodeError> {

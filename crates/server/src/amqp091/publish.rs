@@ -82,11 +82,18 @@ pub struct Pending {
     /// This turn's publishes by exchange: `(name, published, routed copies)`, added to the
     /// vhost's exchange counts once per turn; at most `EXCHANGES_PER_TURN_MAX` entries.
     pub(super) exchanges: Vec<(Bytes, u64, u64)>,
+    /// The queues the message being completed routes to; kept empty between publishes so
+    /// its allocation serves every publish of the connection.
+    targets: Vec<QueueHandle>,
 }
 
 /// Distinct exchanges a turn counts locally; publishes to more go to the vhost's table
 /// directly (a client publishing to that many exchanges in one read is rare).
 const EXCHANGES_PER_TURN_MAX: usize = 8;
+
+/// Room made at once for a turn's messages to one queue: a streaming publisher's read holds
+/// several, so the batch does not grow through 1, 2, 4 and 8.
+const QUEUE_BATCH_CAPACITY: usize = 16;
 
 /// Per-connection message counts, moved to `GlobalCounters` once per turn (see
 /// `Connection::add_counts`): no shared write per message.
@@ -106,7 +113,7 @@ impl Pending {
             .entry(queue.key())
             .or_insert_with(|| QueueBatch {
                 queue: queue.clone(),
-                messages: Vec::new(),
+                messages: Vec::with_capacity(QUEUE_BATCH_CAPACITY),
                 tags: Vec::new(),
             });
         batch.messages.push(message);
@@ -245,10 +252,12 @@ impl Connection {
             .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
         let expiration_ms = annotations::expiration_ms(&properties)
             .map_err(|text| Fault::new(id, reply_code::PRECONDITION_FAILED, text, PUBLISH_CAUSE))?;
+        let mut targets = std::mem::take(&mut self.pending.targets);
+        self.route(id, &publish, &properties, &cc, &mut targets)?;
         let message = Arc::new(Message {
             format: Format::Amqp091,
-            exchange: publish.exchange.to_bytes(),
-            routing_key: publish.routing_key.to_bytes(),
+            exchange: publish.exchange.into_bytes(),
+            routing_key: publish.routing_key.into_bytes(),
             persistent: wire::peek_delivery_mode(&properties) == Some(2),
             priority: wire::peek_priority(&properties).unwrap_or(0),
             expiration_ms,
@@ -256,8 +265,6 @@ impl Connection {
             properties,
             body,
         });
-        let mut targets = Vec::new();
-        self.route(id, &message, &cc, &mut targets)?;
         self.pending.counts.received += 1;
         self.count_exchange(&message.exchange, targets.len());
         let channel = self
@@ -266,7 +273,10 @@ impl Connection {
             .expect("invariant: checked above");
         add_owned(&channel.stats.publish, 1);
         if let Some(tx) = channel.tx.as_mut() {
-            tx.publishes.push((targets, message, publish.mandatory));
+            tx.publishes
+                .push((targets.clone(), message, publish.mandatory));
+            targets.clear();
+            self.pending.targets = targets;
             return Ok(());
         }
         let mut tag = NO_TAG;
@@ -277,7 +287,9 @@ impl Connection {
                 self.pending.confirm_channels.push(id);
             }
         }
-        self.deliver_published(id, targets, message, publish.mandatory, tag);
+        self.deliver_published(id, &targets, message, publish.mandatory, tag);
+        targets.clear();
+        self.pending.targets = targets;
         Ok(())
     }
 
@@ -301,7 +313,7 @@ impl Connection {
     fn deliver_published(
         &mut self,
         id: u16,
-        targets: Vec<QueueHandle>,
+        targets: &[QueueHandle],
         message: Arc<Message>,
         mandatory: bool,
         tag: u64,
@@ -331,7 +343,7 @@ impl Connection {
             return;
         }
         self.pending.counts.routed += 1;
-        for queue in &targets {
+        for queue in targets {
             self.pending.publish(queue, message.clone(), tag);
         }
     }
@@ -341,15 +353,16 @@ impl Connection {
     fn route(
         &mut self,
         id: u16,
-        message: &Message,
+        publish: &BasicPublish,
+        properties: &Bytes,
         cc: &[String],
         targets: &mut Vec<QueueHandle>,
     ) -> Result<(), Fault> {
         let vhost = self.vhost();
-        let exchange = std::str::from_utf8(&message.exchange).unwrap_or_default();
-        let routing_key = std::str::from_utf8(&message.routing_key).unwrap_or_default();
+        let exchange = publish.exchange.as_str();
+        let routing_key = publish.routing_key.as_str();
         let mut fields = || -> MessageFields {
-            BasicProperties::decode(&message.properties)
+            BasicProperties::decode(properties)
                 .map_or_else(|_| MessageFields::default(), message_fields)
         };
         let snapshot = vhost.snapshot();
@@ -614,7 +627,7 @@ impl Connection {
                 .expect("invariant: caller checked tx mode"),
         );
         for (targets, message, mandatory) in tx.publishes {
-            self.deliver_published(id, targets, message, mandatory, NO_TAG);
+            self.deliver_published(id, &targets, message, mandatory, NO_TAG);
         }
         for (op, unacked) in tx.settles {
             self.pending.settle(&unacked.queue, op, unacked.seq);

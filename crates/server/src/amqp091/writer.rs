@@ -15,9 +15,14 @@ use warren_proto::amqp091::{self as wire, Method, FRAME_END};
 const ZERO_COPY_BYTES_MIN: usize = 4096;
 /// Buffers handed to one `writev`.
 const IOVECS_MAX: usize = 64;
-/// Capacity kept for the encode buffer between flushes; larger buffers are dropped after a
-/// burst so an idle connection stays small.
+/// Capacity always kept for the encode buffer between flushes. Above it, a buffer is kept only
+/// while flushes fill a good part of it (a streaming consumer's writes of hundreds of KiB are
+/// not regrown, page by fresh page, every time), and dropped after a burst; `shrink` drops
+/// any once the connection is quiet.
 const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+/// A buffer above `ENCODE_BUFFER_KEEP_BYTES` is dropped when a flush used less than this
+/// fraction of it.
+const ENCODE_BUFFER_USE_MIN_DIVISOR: usize = 4;
 
 #[derive(Default)]
 pub struct Writer {
@@ -158,7 +163,13 @@ impl Writer {
             }
         }
         debug_assert_eq!(self.queued_bytes, 0);
-        if self.encode.capacity() > ENCODE_BUFFER_KEEP_BYTES {
+        // What was written from the encode buffer still counts as its allocation (advancing
+        // a `BytesMut` lowers its capacity; the next reserve takes the room back).
+        let allocated = self.encode.capacity() + usize::try_from(bytes).unwrap_or(usize::MAX);
+        if allocated > ENCODE_BUFFER_KEEP_BYTES
+            && usize::try_from(bytes).unwrap_or(usize::MAX)
+                < allocated / ENCODE_BUFFER_USE_MIN_DIVISOR
+        {
             self.encode = BytesMut::new();
         }
         Ok((bytes, writes))
