@@ -13,6 +13,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use super::error::DecodeError;
 use super::method::Method;
 use super::properties::validate_properties;
+use super::short_str::ShortStr;
 use super::wire::Cursor;
 
 /// The 8 bytes a client sends first: "AMQP", 0, then version 0-9-1.
@@ -188,6 +189,45 @@ pub fn encode_method_frame(channel: u16, method: &Method, out: &mut BytesMut) {
     method.encode(out);
     debug_assert_eq!(out.len() - start, FRAME_HEADER_SIZE + payload_size);
     end_frame(start, out);
+}
+
+/// The fields of a `basic.deliver` as the writer has them: borrowed bytes, so a delivery is
+/// encoded without building a `Method` (no reference counts taken on the message's strings).
+/// `exchange` and `routing_key` must be short strings (UTF-8, at most 255 bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct DeliverArgs<'a> {
+    pub consumer_tag: &'a ShortStr,
+    pub delivery_tag: u64,
+    pub redelivered: bool,
+    pub exchange: &'a [u8],
+    pub routing_key: &'a [u8],
+}
+
+/// Writes a `basic.deliver` method frame, byte for byte what `encode_method_frame` writes for
+/// the same `BasicDeliver`.
+pub fn encode_deliver_frame(channel: u16, args: &DeliverArgs<'_>, out: &mut BytesMut) {
+    const CLASS_METHOD: [u8; 4] = [0, 60, 0, 60]; // basic.deliver
+    let strings = [
+        args.consumer_tag.as_bytes(),
+        args.exchange,
+        args.routing_key,
+    ];
+    out.reserve(FRAME_OVERHEAD + 4 + 8 + 1 + 3 + strings.iter().map(|s| s.len()).sum::<usize>());
+    let start = begin_frame(FRAME_METHOD, channel, out);
+    out.put_slice(&CLASS_METHOD);
+    put_short_bytes(out, args.consumer_tag.as_bytes());
+    out.put_u64(args.delivery_tag);
+    out.put_u8(u8::from(args.redelivered));
+    put_short_bytes(out, args.exchange);
+    put_short_bytes(out, args.routing_key);
+    end_frame(start, out);
+}
+
+fn put_short_bytes(out: &mut BytesMut, s: &[u8]) {
+    debug_assert!(s.len() <= ShortStr::MAX_LEN);
+    let len = s.len().min(ShortStr::MAX_LEN);
+    out.put_u8(u8::try_from(len).unwrap_or(u8::MAX));
+    out.put_slice(s.get(..len).unwrap_or_default());
 }
 
 /// Writes a content-header frame; `properties_raw` is a flags word and property list, as in

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 
 use super::super::test_support::{any_method, basic_properties};
 use super::super::{
-    peek_delivery_mode, reply_code, BasicAck, BasicProperties, BasicPublish, ConnectionTune,
-    FieldTable, FieldValue, ShortStr,
+    peek_delivery_mode, reply_code, BasicAck, BasicDeliver, BasicProperties, BasicPublish,
+    ConnectionTune, FieldTable, FieldValue, ShortStr,
 };
 use super::*;
 
@@ -352,5 +352,36 @@ proptest! {
         let frame = decode_frame(&mut buf, 0).unwrap().unwrap();
         let header = ContentHeader { class_id: 60, body_size, properties: raw.freeze() };
         prop_assert_eq!(frame, Frame::Header { channel: 9, header });
+    }
+}
+
+#[test]
+fn deliver_frame_matches_the_method_encoder() {
+    let cases = [
+        ("ctag-1", 1, false, "", "orders"),
+        ("amq.ctag-xyz", u64::MAX, true, "amq.direct", "a.b.c"),
+        ("", 42, false, "x", &"é".repeat(127)),
+    ];
+    for (tag, delivery_tag, redelivered, exchange, routing_key) in cases {
+        let method = Method::BasicDeliver(BasicDeliver {
+            consumer_tag: ShortStr::from(tag),
+            delivery_tag,
+            redelivered,
+            exchange: ShortStr::from(exchange),
+            routing_key: ShortStr::from(routing_key),
+        });
+        let mut expected = BytesMut::new();
+        encode_method_frame(7, &method, &mut expected);
+        let mut got = BytesMut::new();
+        let consumer_tag = ShortStr::from(tag);
+        let args = DeliverArgs {
+            consumer_tag: &consumer_tag,
+            delivery_tag,
+            redelivered,
+            exchange: exchange.as_bytes(),
+            routing_key: routing_key.as_bytes(),
+        };
+        encode_deliver_frame(7, &args, &mut got);
+        assert_eq!(got, expected, "{tag} {exchange} {routing_key}");
     }
 }

@@ -21,8 +21,8 @@ pub use error::DecodeError;
 pub use field_table::{decode_table_body, FieldTable, FieldValue, FIELD_DEPTH_MAX};
 pub use frame::{
     check_protocol_header, decode_frame, encode_body_frame, encode_content_header,
-    encode_heartbeat, encode_method_frame, ContentHeader, Frame, ProtocolHeader, FRAME_END,
-    FRAME_HEADER_SIZE, FRAME_MIN_SIZE, PROTOCOL_HEADER,
+    encode_deliver_frame, encode_heartbeat, encode_method_frame, ContentHeader, DeliverArgs, Frame,
+    ProtocolHeader, FRAME_END, FRAME_HEADER_SIZE, FRAME_MIN_SIZE, PROTOCOL_HEADER,
 };
 pub use method::*;
 pub use properties::{peek_delivery_mode, peek_priority, validate_properties, BasicProperties};

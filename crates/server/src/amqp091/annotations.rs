@@ -3,6 +3,8 @@
 //! the `x-death` and `x-first-death-*` / `x-last-death-*` headers when a dead-lettered message
 //! is sent to a client, in the shape RabbitMQ writes them (`rabbit_dead_letter`).
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use warren_core::message::{Death, Deaths, Format, Message};
 use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue};
@@ -73,9 +75,9 @@ fn parse_expiration(text: &str) -> Result<u32, String> {
 /// The properties and body to send with `message`: for an AMQP 0.9.1 message its properties
 /// (see [`delivery_properties`]) and body; an AMQP 1.0 message is converted here, at delivery,
 /// as RabbitMQ's conversions page maps it.
-pub fn delivery_content(message: &Message) -> (Bytes, Bytes) {
+pub fn delivery_content(message: &Message) -> (Cow<'_, Bytes>, Cow<'_, Bytes>) {
     match message.format {
-        Format::Amqp091 => (delivery_properties(message), message.body.clone()),
+        Format::Amqp091 => (delivery_properties(message), Cow::Borrowed(&message.body)),
         Format::Amqp10 => {
             let (mut properties, body) = warren_proto::convert::kept_to_amqp091(
                 message.persistent,
@@ -89,7 +91,7 @@ pub fn delivery_content(message: &Message) -> (Bytes, Bytes) {
             }
             let mut out = BytesMut::with_capacity(message.properties.len() + 64);
             properties.encode(&mut out);
-            (out.freeze(), body)
+            (Cow::Owned(out.freeze()), Cow::Owned(body))
         }
     }
 }
@@ -97,18 +99,18 @@ pub fn delivery_content(message: &Message) -> (Bytes, Bytes) {
 /// The properties to send with an AMQP 0.9.1 `message`: as published, or, for a
 /// dead-lettered message, with its death headers and without `expiration` (decoded and
 /// encoded again: rare path).
-pub fn delivery_properties(message: &Message) -> Bytes {
+pub fn delivery_properties(message: &Message) -> Cow<'_, Bytes> {
     debug_assert_eq!(message.format, Format::Amqp091);
     let Some(deaths) = &message.deaths else {
-        return message.properties.clone();
+        return Cow::Borrowed(&message.properties);
     };
     let Ok(mut properties) = BasicProperties::decode(&message.properties) else {
-        return message.properties.clone();
+        return Cow::Borrowed(&message.properties);
     };
     set_death_headers(&mut properties, deaths);
     let mut out = BytesMut::with_capacity(message.properties.len() + 256);
     properties.encode(&mut out);
-    out.freeze()
+    Cow::Owned(out.freeze())
 }
 
 /// Drops `expiration` and replaces the death headers with `deaths`.

@@ -18,15 +18,17 @@ use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
 use warren_core::vhost::generate_name;
 use warren_proto::amqp091::{
-    reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicDeliver,
-    BasicGetEmpty, BasicGetOk, Method, ShortStr,
+    reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGetEmpty,
+    BasicGetOk, DeliverArgs, Method, ShortStr,
 };
 
 use super::annotations;
 use super::channel::{Confirms, Unacked};
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
-use super::publish::{exchange_of, routing_key_of, TxBuffer, REPLY_TO_PSEUDO_QUEUE};
+use super::publish::{
+    exchange_of, routing_key_of, short_str_bytes, TxBuffer, REPLY_TO_PSEUDO_QUEUE,
+};
 
 #[derive(Debug)]
 pub struct ConsumerState {
@@ -617,15 +619,15 @@ impl Connection {
             });
         }
         let message = &delivery.message;
-        let method = Method::BasicDeliver(BasicDeliver {
-            consumer_tag: state.tag.clone(),
+        let args = DeliverArgs {
+            consumer_tag: &state.tag,
             delivery_tag,
             redelivered: delivery.redelivered,
-            exchange: exchange_of(message),
-            routing_key: routing_key_of(message),
-        });
+            exchange: short_str_bytes(&message.exchange),
+            routing_key: short_str_bytes(&message.routing_key),
+        };
         let (properties, body) = annotations::delivery_content(message);
-        self.out.content(id, &method, &properties, &body, frame_max);
+        self.out.deliver(id, &args, &properties, &body, frame_max);
         self.unflushed_deliveries += 1;
     }
 

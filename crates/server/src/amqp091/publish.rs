@@ -703,6 +703,18 @@ pub(super) fn routing_key_of(message: &Message) -> wire::ShortStr {
     wire::ShortStr::from_utf8(message.routing_key.clone()).unwrap_or_default()
 }
 
+/// `bytes` when they make a short string (UTF-8, at most 255 bytes), else none: what
+/// `exchange_of` and `routing_key_of` give, without taking a reference.
+pub(super) fn short_str_bytes(bytes: &Bytes) -> &[u8] {
+    let fits = bytes.len() <= wire::ShortStr::MAX_LEN
+        && (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok());
+    if fits {
+        bytes
+    } else {
+        &[]
+    }
+}
+
 /// Sender-selected distribution: the routing keys in the `CC` and `BCC` headers (arrays of
 /// strings), with `BCC` removed from the properties. Only properties whose bytes contain a `CC`
 /// or `BCC` table key are decoded, and only those with a `BCC` header are re-encoded: every

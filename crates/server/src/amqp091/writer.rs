@@ -55,14 +55,33 @@ impl Writer {
         frame_max: u32,
     ) {
         self.method(channel, method);
+        self.header_and_body(channel, method.class_id(), properties, body, frame_max);
+    }
+
+    /// A `basic.deliver` with its content, as `content` writes it, from borrowed fields.
+    pub fn deliver(
+        &mut self,
+        channel: u16,
+        args: &wire::DeliverArgs<'_>,
+        properties: &[u8],
+        body: &Bytes,
+        frame_max: u32,
+    ) {
+        wire::encode_deliver_frame(channel, args, &mut self.encode);
+        const CLASS_BASIC: u16 = 60;
+        self.header_and_body(channel, CLASS_BASIC, properties, body, frame_max);
+    }
+
+    fn header_and_body(
+        &mut self,
+        channel: u16,
+        class_id: u16,
+        properties: &[u8],
+        body: &Bytes,
+        frame_max: u32,
+    ) {
         let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
-        wire::encode_content_header(
-            channel,
-            method.class_id(),
-            size,
-            properties,
-            &mut self.encode,
-        );
+        wire::encode_content_header(channel, class_id, size, properties, &mut self.encode);
         // frame_max counts the 8 bytes of frame overhead; 0 means no limit but the size field's.
         let frame_max = if frame_max == 0 { u32::MAX } else { frame_max };
         let chunk_max = usize::try_from(frame_max.saturating_sub(8).max(1)).unwrap_or(usize::MAX);
