@@ -1065,9 +1065,29 @@ impl ClassicQueue {
     }
 
     fn deliver_to(&mut self, index: usize, turn: u32) {
-        if let Some(consumer) = self.consumers.get(index) {
-            self.read_ahead(consumer.credit.min(turn) as usize);
-        }
+        let Some(consumer) = self.consumers.get(index) else {
+            return;
+        };
+        let expected = consumer.credit.min(turn) as usize;
+        let outbox = consumer.outbox.clone();
+        self.read_ahead(expected);
+        // Every delivery of this call goes to one outbox: its staging vector is found (or
+        // made, with room for them all) once.
+        let slot = match self
+            .staged
+            .iter()
+            .position(|(o, _)| Arc::ptr_eq(o, &outbox))
+        {
+            Some(slot) => slot,
+            None => {
+                let events = self.spare.pop().unwrap_or_default();
+                self.staged.push((outbox, events));
+                self.staged.len() - 1
+            }
+        };
+        self.staged[slot]
+            .1
+            .reserve(expected.min(self.ready.len()).min(STAGING_KEEP_EVENTS));
         let mut delivered = 0;
         while delivered < turn {
             let Some(credit) = self.consumers.get(index).map(|c| c.credit) else {
@@ -1092,8 +1112,7 @@ impl ClassicQueue {
                 message,
                 redelivered: ready.stored.redelivered,
             });
-            let outbox = consumer.outbox.clone();
-            stage(&mut self.staged, &mut self.spare, outbox, event);
+            self.staged[slot].1.push(event);
             delivered += 1;
         }
     }
@@ -1105,21 +1124,6 @@ impl ClassicQueue {
                 self.spare.push(events);
             }
         }
-    }
-}
-
-fn stage(
-    staged: &mut Vec<(Arc<Outbox>, Vec<Event>)>,
-    spare: &mut Vec<Vec<Event>>,
-    outbox: Arc<Outbox>,
-    event: Event,
-) {
-    if let Some((_, events)) = staged.iter_mut().find(|(o, _)| Arc::ptr_eq(o, &outbox)) {
-        events.push(event);
-    } else {
-        let mut events = spare.pop().unwrap_or_default();
-        events.push(event);
-        staged.push((outbox, events));
     }
 }
 

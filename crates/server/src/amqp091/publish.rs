@@ -40,7 +40,9 @@ const NO_TAG: u64 = u64::MAX;
 pub struct Assembly {
     publish: BasicPublish,
     header: Option<ContentHeader>,
-    chunks: Vec<Bytes>,
+    /// The body's first frame, and any after it (most bodies fit one frame: no allocation).
+    first_chunk: Bytes,
+    more_chunks: Vec<Bytes>,
     received: u64,
 }
 
@@ -152,7 +154,8 @@ impl Connection {
         channel.assembly = Some(Assembly {
             publish,
             header: None,
-            chunks: Vec::new(),
+            first_chunk: Bytes::new(),
+            more_chunks: Vec::new(),
             received: 0,
         });
         Ok(())
@@ -224,7 +227,11 @@ impl Connection {
             ));
         }
         let done = assembly.received == header.body_size;
-        assembly.chunks.push(payload);
+        if assembly.first_chunk.is_empty() && assembly.more_chunks.is_empty() {
+            assembly.first_chunk = payload;
+        } else {
+            assembly.more_chunks.push(payload);
+        }
         if done {
             self.complete_publish(id)?;
         }
@@ -243,7 +250,7 @@ impl Connection {
         let header = assembly
             .header
             .expect("invariant: complete content has a header");
-        let body = join(assembly.chunks);
+        let body = join(assembly.first_chunk, assembly.more_chunks);
         debug_assert_eq!(body.len() as u64, header.body_size);
         let publish = assembly.publish;
         self.check_user_id(id, &header.properties)?;
@@ -763,17 +770,16 @@ fn sender_selected(raw: Bytes) -> Result<(Bytes, Vec<String>), String> {
     Ok((out.freeze(), keys))
 }
 
-fn join(chunks: Vec<Bytes>) -> Bytes {
-    match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.into_iter().next().unwrap_or_default(),
-        _ => {
-            // A body split over frames is joined once; single-frame bodies stay zero-copy.
-            let mut body = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-            chunks.iter().for_each(|c| body.extend_from_slice(c));
-            body.freeze()
-        }
+fn join(first: Bytes, more: Vec<Bytes>) -> Bytes {
+    if more.is_empty() {
+        return first;
     }
+    // A body split over frames is joined once; single-frame bodies stay zero-copy.
+    let mut body =
+        BytesMut::with_capacity(first.len() + more.iter().map(Bytes::len).sum::<usize>());
+    body.extend_from_slice(&first);
+    more.iter().for_each(|c| body.extend_from_slice(c));
+    body.freeze()
 }
 
 fn unexpected_content(id: u16) -> Fault {
