@@ -11,7 +11,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::error::DecodeError;
-use super::method::Method;
+use super::method::{BasicDeliver, Method};
 use super::properties::validate_properties;
 use super::short_str::ShortStr;
 use super::wire::Cursor;
@@ -206,15 +206,17 @@ pub struct DeliverArgs<'a> {
 /// Writes a `basic.deliver` method frame, byte for byte what `encode_method_frame` writes for
 /// the same `BasicDeliver`.
 pub fn encode_deliver_frame(channel: u16, args: &DeliverArgs<'_>, out: &mut BytesMut) {
-    const CLASS_METHOD: [u8; 4] = [0, 60, 0, 60]; // basic.deliver
     let strings = [
         args.consumer_tag.as_bytes(),
         args.exchange,
         args.routing_key,
     ];
-    out.reserve(FRAME_OVERHEAD + 4 + 8 + 1 + 3 + strings.iter().map(|s| s.len()).sum::<usize>());
+    // Class and method ids, delivery-tag, the redelivered octet and three length octets.
+    let fixed = 2 + 2 + 8 + 1 + 3;
+    out.reserve(FRAME_OVERHEAD + fixed + strings.iter().map(|s| s.len()).sum::<usize>());
     let start = begin_frame(FRAME_METHOD, channel, out);
-    out.put_slice(&CLASS_METHOD);
+    out.put_u16(BasicDeliver::CLASS_ID);
+    out.put_u16(BasicDeliver::METHOD_ID);
     put_short_bytes(out, args.consumer_tag.as_bytes());
     out.put_u64(args.delivery_tag);
     out.put_u8(u8::from(args.redelivered));

@@ -280,10 +280,8 @@ impl Connection {
             .expect("invariant: checked above");
         add_owned(&channel.stats.publish, 1);
         if let Some(tx) = channel.tx.as_mut() {
-            tx.publishes
-                .push((targets.clone(), message, publish.mandatory));
-            targets.clear();
-            self.pending.targets = targets;
+            // The list goes with the transaction; the next publish starts a new one.
+            tx.publishes.push((targets, message, publish.mandatory));
             return Ok(());
         }
         let mut tag = NO_TAG;

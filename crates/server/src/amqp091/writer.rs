@@ -68,8 +68,8 @@ impl Writer {
         frame_max: u32,
     ) {
         wire::encode_deliver_frame(channel, args, &mut self.encode);
-        const CLASS_BASIC: u16 = 60;
-        self.header_and_body(channel, CLASS_BASIC, properties, body, frame_max);
+        let class_id = wire::BasicDeliver::CLASS_ID;
+        self.header_and_body(channel, class_id, properties, body, frame_max);
     }
 
     fn header_and_body(
@@ -182,12 +182,13 @@ impl Writer {
             }
         }
         debug_assert_eq!(self.queued_bytes, 0);
-        // What was written from the encode buffer still counts as its allocation (advancing
-        // a `BytesMut` lowers its capacity; the next reserve takes the room back).
-        let allocated = self.encode.capacity() + usize::try_from(bytes).unwrap_or(usize::MAX);
+        // The bytes written count toward the buffer's allocation: advancing a `BytesMut` lowers
+        // its capacity, and the next reserve takes the room back. (Zero-copy bodies are counted
+        // too, which only errs toward keeping the buffer while large bodies are written.)
+        let written = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let allocated = self.encode.capacity().saturating_add(written);
         if allocated > ENCODE_BUFFER_KEEP_BYTES
-            && usize::try_from(bytes).unwrap_or(usize::MAX)
-                < allocated / ENCODE_BUFFER_USE_MIN_DIVISOR
+            && written < allocated / ENCODE_BUFFER_USE_MIN_DIVISOR
         {
             self.encode = BytesMut::new();
         }
