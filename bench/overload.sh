@@ -4,7 +4,13 @@
 # Warren, in one run, with the same `warren perf` load. See bench/README.md.
 #
 #   bench/overload.sh [--seconds N] [--backlog-rate MSG_S] [--memory-budget-mib MIB]
-#                     [--only rabbitmq|warren] [--skip-sweep] [--out-dir DIR]
+#                     [--only rabbitmq|warren] [--skip-sweep] [--skip-host-probe]
+#                     [--out-dir DIR]
+#
+# First, with no broker running, the host probe (bench/hostprobe): one thread walks a 16 MiB
+# buffer for --seconds and counts its walks per second. Its work never changes, so its
+# seconds outside ±15% of their median are the machine's own unsteadiness, the reference for
+# the calm verdicts below (skipped with --skip-host-probe).
 #
 # Per broker, each phase on a freshly started broker:
 #   calm     1 producer publishing as fast as it can, 1 autoack consumer, 12-byte bodies, for
@@ -35,6 +41,7 @@
 #   overload-STAMP-sweep.png         latency (p50, p99) against attempted rate, both brokers
 #   overload-STAMP-sweep.csv         broker,attempted_rate,sent_rate,received_rate,p50_ms,p99_ms
 #   overload-STAMP-<broker>-<phase>.json  the warren perf reports
+#   overload-STAMP-host.json         the host probe's walks per second
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -57,6 +64,7 @@ backlog_rate=50000
 memory_budget_mib=1024
 only=""
 skip_sweep=""
+skip_host_probe=""
 out_dir="$REPO_ROOT/bench/results"
 work_dir=""
 warren_config=""
@@ -82,6 +90,7 @@ main() {
     "memory budget ${memory_budget_mib} MiB"
   perf_binary
   local status=0 broker
+  [[ -n "$skip_host_probe" ]] || host_probe || status=1
   for broker in rabbitmq warren; do
     [[ -z "$only" || "$only" == "$broker" ]] || continue
     run_phase "$broker" calm || status=1
@@ -112,6 +121,7 @@ parse_args() {
         [[ "$only" == rabbitmq || "$only" == warren ]] || usage "--only needs rabbitmq or warren"
         shift 2 ;;
       --skip-sweep) skip_sweep=1; shift ;;
+      --skip-host-probe) skip_host_probe=1; shift ;;
       --out-dir) out_dir="${2:-}"; [[ -n "$out_dir" ]] || usage "--out-dir needs a directory"; shift 2 ;;
       -h|--help) usage ;;
       *) usage "unknown argument '$1'" ;;
@@ -135,6 +145,19 @@ perf_binary() {
     echo "overload: building $perf_bin: cargo build --release"
     (cd "$REPO_ROOT" && cargo build --release)
   fi
+}
+
+# host_probe: the machine's own steadiness over a phase's length, with no broker running.
+host_probe() {
+  local probe="$REPO_ROOT/target/release/warren-hostprobe"
+  if [[ ! -x "$probe" ]]; then
+    echo "overload: building $probe: cargo build --release -p warren-hostprobe"
+    (cd "$REPO_ROOT" && cargo build --release -p warren-hostprobe) || return 1
+  fi
+  say "== host probe: a 16 MiB memory walk for ${seconds}s, no broker running"
+  "$probe" --seconds "$seconds" --mib 16 --json "$out_dir/overload-$stamp-host.json" \
+    >"$work_dir/host-probe.log" 2>&1 || { tail -n 5 "$work_dir/host-probe.log"; return 1; }
+  tail -n 1 "$work_dir/host-probe.log" | tee -a "$summary"
 }
 
 # start_broker NAME: a fresh broker with the memory budget as its high watermark; sets pid,

@@ -5,9 +5,11 @@ RSS samples.
     overload_report.py --prefix DIR/overload-STAMP --rss-csv FILE --memory-budget-mib MIB
 
 Reads PREFIX-<broker>-<phase>.json (phases calm, backlog, sweep; brokers rabbitmq, warren;
-missing ones are skipped) and the sampler's CSV (broker,second,phase,rss_mib,messages_ready,
+missing ones are skipped), PREFIX-host.json (the host probe, when it ran) and the sampler's CSV (broker,second,phase,rss_mib,messages_ready,
 `second` restarting with each phase). Prints, per broker:
 
+- host: the host probe's median walks per second after the first 10 s and how many seconds
+  fall outside 15% of it: the machine's own unsteadiness, with no broker running;
 - calm: the median send and receive rates after the first 10 s, how many per-second rates
   fall outside 15% of their median and the worst one, the RSS trend (least-squares slope over
   the phase after 10 s, times its length, as a percentage of the mean RSS), and consumer
@@ -75,6 +77,21 @@ def band(values):
     outside = sum(1 for d in deviations if abs(d) > RATE_BAND)
     worst = max(deviations, key=abs)
     return median, outside, worst
+
+
+def host(prefix):
+    """The host probe's line, or None when it did not run."""
+    path = f"{prefix}-host.json"
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        probe = json.load(f)
+    walks = probe["walks_per_second"][int(probe["warm_up_s"]):]
+    median, outside, worst = band(walks)
+    return (
+        f"host probe (no broker running): {probe['mib']} MiB walk median {median:.0f} walks/s; "
+        f"{outside} of {len(walks)} seconds outside ±{RATE_BAND:.0%} (worst {worst:+.1%})"
+    )
 
 
 def calm(broker, report, rss_rows):
@@ -170,6 +187,9 @@ def main():
     rss = read_rss(args.rss_csv)
     timeline(rss, f"{args.prefix}-rss-run.csv")
     failed = False
+    host_line = host(args.prefix)
+    if host_line:
+        print(host_line)
     with open(f"{args.prefix}-sweep.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["series", "attempted_rate", "sent_rate", "received_rate", "latency_ms"])
