@@ -35,6 +35,12 @@ impl ShortStr {
         ShortStr(ByteString::from_static(s))
     }
 
+    /// Whether `bytes` make a short string: at most 255 bytes of UTF-8 (the rule `from_utf8`
+    /// applies to owned bytes; this one borrows).
+    pub fn fits(bytes: &[u8]) -> bool {
+        bytes.len() <= ShortStr::MAX_LEN && (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok())
+    }
+
     /// The string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -208,6 +214,8 @@ mod from_utf8_tests {
         let ok = ShortStr::from_utf8(Bytes::from_static(b"orders")).unwrap();
         assert_eq!(ok.as_str(), "orders");
         assert!(ShortStr::from_utf8(Bytes::from_static(b"\xff")).is_err());
+        assert!(ShortStr::fits(b"orders") && ShortStr::fits("r\u{e9}gion".as_bytes()));
+        assert!(!ShortStr::fits(b"\xff") && !ShortStr::fits(&[b'a'; 256]));
         assert!(ShortStr::from_utf8(Bytes::from(vec![b'a'; 256])).is_err());
         assert_eq!(
             ShortStr::from_utf8(Bytes::from(vec![b'a'; 255]))

@@ -711,9 +711,7 @@ pub(super) fn routing_key_of(message: &Message) -> wire::ShortStr {
 /// `bytes` when they make a short string (UTF-8, at most 255 bytes), else none: what
 /// `exchange_of` and `routing_key_of` give, without taking a reference.
 pub(super) fn short_str_bytes(bytes: &Bytes) -> &[u8] {
-    let fits = bytes.len() <= wire::ShortStr::MAX_LEN
-        && (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok());
-    if fits {
+    if wire::ShortStr::fits(bytes) {
         bytes
     } else {
         &[]
