@@ -236,9 +236,7 @@ pub(crate) fn decode_table(
     let mut body = open_nested(c, field, depth_left)?;
     let mut entries = Vec::new();
     while !body.is_empty() {
-        let (key, offset) = body.shortstr_unchecked(field)?;
-        let key = ShortStr::from_utf8(src.slice_ref(key))
-            .map_err(|_| body.invalid_utf8(field, offset))?;
+        let key = body.shortstr_of(src, field)?;
         let value = decode_value(src, &mut body, field, depth_left.saturating_sub(1))?;
         entries.push((key, value));
     }

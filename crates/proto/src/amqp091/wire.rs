@@ -109,7 +109,7 @@ impl<'a> Cursor<'a> {
 
     /// A shortstr's bytes and their offset, not yet checked for UTF-8 (the caller checks
     /// them once, where it keeps them).
-    pub(crate) fn shortstr_unchecked(
+    fn shortstr_unchecked(
         &mut self,
         field: &'static str,
     ) -> Result<(&'a [u8], usize), DecodeError> {
@@ -119,7 +119,18 @@ impl<'a> Cursor<'a> {
         Ok((bytes, offset))
     }
 
-    pub(crate) fn invalid_utf8(&self, field: &'static str, offset: usize) -> DecodeError {
+    /// A shortstr kept as a slice of `src` (the buffer this cursor reads), checked for UTF-8
+    /// once, as it is wrapped.
+    pub(crate) fn shortstr_of(
+        &mut self,
+        src: &Bytes,
+        field: &'static str,
+    ) -> Result<ShortStr, DecodeError> {
+        let (slice, offset) = self.shortstr_unchecked(field)?;
+        ShortStr::from_utf8(src.slice_ref(slice)).map_err(|_| self.invalid_utf8(field, offset))
+    }
+
+    fn invalid_utf8(&self, field: &'static str, offset: usize) -> DecodeError {
         DecodeError::InvalidUtf8 {
             context: self.context,
             field,
@@ -196,9 +207,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub(crate) fn shortstr(&mut self, field: &'static str) -> Result<ShortStr, DecodeError> {
-        let (slice, offset) = self.cursor.shortstr_unchecked(field)?;
-        ShortStr::from_utf8(self.src.slice_ref(slice))
-            .map_err(|_| self.cursor.invalid_utf8(field, offset))
+        self.cursor.shortstr_of(self.src, field)
     }
 
     pub(crate) fn longstr(&mut self, field: &'static str) -> Result<Bytes, DecodeError> {
