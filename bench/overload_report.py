@@ -5,11 +5,12 @@ RSS samples.
     overload_report.py --prefix DIR/overload-STAMP --rss-csv FILE --memory-budget-mib MIB
 
 Reads PREFIX-<broker>-<phase>.json (phases calm, backlog, sweep; brokers rabbitmq, warren;
-missing ones are skipped), PREFIX-host.json (the host probe, when it ran) and the sampler's CSV (broker,second,phase,rss_mib,messages_ready,
-`second` restarting with each phase). Prints, per broker:
+missing ones are skipped), PREFIX-host.json (the host probe, when it ran) and the sampler's
+CSV (broker,second,phase,rss_mib,messages_ready, `second` restarting with each phase).
+Prints first the host probe's median walks per second after the first 10 s and how many
+seconds fall outside 15% of it (the machine's own unsteadiness, with no broker running), then
+per broker:
 
-- host: the host probe's median walks per second after the first 10 s and how many seconds
-  fall outside 15% of it: the machine's own unsteadiness, with no broker running;
 - calm: the median send and receive rates after the first 10 s, how many per-second rates
   fall outside 15% of their median and the worst one, the RSS trend (least-squares slope over
   the phase after 10 s, times its length, as a percentage of the mean RSS), and consumer
