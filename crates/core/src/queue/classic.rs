@@ -390,9 +390,9 @@ impl ClassicQueue {
                 reply,
             } => {
                 self.last_used = Instant::now();
-                // Publishes taken earlier in this turn count against the length limits
-                // before anything is handed out or counted (dispatch enforces them too late).
-                self.enforce_limits_now();
+                // Publishes taken earlier in this turn meet the length limits, waiting
+                // consumers and their TTLs before anything is handed out here.
+                self.settle_ready_now();
                 self.flush_store();
                 let got = self.get(channel, no_ack);
                 self.flush_store(); // the delivered mark goes out before the message
@@ -414,7 +414,7 @@ impl ClassicQueue {
             QueueCmd::Info { reply } => {
                 // queue.declare asks for these counts: a redeclaration renews `x-expires`.
                 self.last_used = Instant::now();
-                self.enforce_limits_now();
+                self.settle_ready_now(); // the count is as of the publishes before it
                 let _ = reply.send(self.info());
             }
             QueueCmd::SetArgs { args } => self.set_args(*args),
@@ -447,10 +447,15 @@ impl ClassicQueue {
             .min()
     }
 
-    /// The length limits, applied mid-turn (a running queue only).
-    fn enforce_limits_now(&mut self) {
+    /// What the end of the turn does to ready messages, done mid-turn for a command that
+    /// counts or takes them (a running queue only): the length limits, then deliveries to
+    /// consumers with credit, then expiry, so a message with TTL 0 published earlier in the
+    /// turn reaches a waiting consumer or is gone, as it would be by the next turn.
+    fn settle_ready_now(&mut self) {
         if self.state == State::Running {
             self.enforce_limits();
+            self.deliver_ready();
+            self.expire_due();
         }
     }
 
@@ -1008,11 +1013,7 @@ impl ClassicQueue {
     /// what they did not take (TTL 0), writes the store, releases the deliveries and forwards
     /// dead letters.
     pub fn dispatch(&mut self) {
-        if self.state == State::Running {
-            self.enforce_limits();
-            self.deliver_ready();
-            self.expire_due();
-        }
+        self.settle_ready_now();
         self.mark_delivered();
         self.flush_staged();
         self.forwarder.flush();

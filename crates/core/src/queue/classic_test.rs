@@ -336,3 +336,43 @@ async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
     );
     assert_eq!(handle.info().await.unwrap().messages, 2);
 }
+
+/// A count or a get in the same turn as a TTL-0 publish sees what the end of that turn would:
+/// the message went to a waiting consumer, or it is gone.
+#[test]
+fn a_count_after_a_ttl_zero_publish_in_the_same_turn_sees_it_gone_or_delivered() {
+    let args = QueueArgs {
+        message_ttl_ms: Some(0),
+        ..Default::default()
+    };
+    let mut queue = queue_with(args.clone());
+    queue.begin_turn();
+    publish(&mut queue, &["nobody"]);
+    let (reply, mut rx) = oneshot::channel();
+    queue.handle(QueueCmd::Info { reply });
+    assert_eq!(rx.try_recv().unwrap().messages, 0, "no consumer: expired");
+    let (reply, mut rx) = oneshot::channel();
+    publish(&mut queue, &["got"]);
+    queue.handle(QueueCmd::Get {
+        channel: 1,
+        no_ack: true,
+        reply,
+    });
+    assert!(
+        rx.try_recv().unwrap().is_none(),
+        "basic.get is no waiting consumer"
+    );
+    queue.dispatch();
+
+    let mut queue = queue_with(args);
+    let outbox = Outbox::new();
+    consume(&mut queue, consumer(1, 10, 0, &outbox));
+    queue.begin_turn();
+    publish(&mut queue, &["taken"]);
+    let (reply, mut rx) = oneshot::channel();
+    queue.handle(QueueCmd::Info { reply });
+    assert_eq!(rx.try_recv().unwrap().messages, 0, "delivered, not counted");
+    queue.dispatch();
+    let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
+    assert_eq!(bodies, ["taken"]);
+}
