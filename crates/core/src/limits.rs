@@ -18,6 +18,10 @@ pub const QUEUE_BATCH_MAX: usize = 64;
 /// Published messages one queue takes in a turn before it dispatches (a command that
 /// brings more is still taken whole): keeps turns short under a flood of publishes.
 pub const QUEUE_TURN_PUBLISHES_MAX: usize = 512;
+/// The largest publish batch a publisher runs as a turn of an idle queue on its own task
+/// (`QueueHandle::publish_serving`). A small batch costs less there than waking the queue's
+/// task; a larger one goes to that task, which then works in parallel with the publisher.
+pub const INLINE_PUBLISH_MAX: usize = 32;
 /// Deliveries dispatched to one consumer in a single pass before moving to the next.
 pub const DISPATCH_BATCH_MAX: u32 = 256;
 /// Length of queue and exchange names (AMQP short strings).

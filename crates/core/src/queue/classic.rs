@@ -1,4 +1,5 @@
-//! The classic queue: a FIFO (one per priority level) held in memory, owned by one task.
+//! The classic queue: a FIFO (one per priority level) held in memory, run by one task, with
+//! small publishes from idle moments run inline by their publishers (`Shared`).
 //!
 //! Ready messages sit in `ready` (see `ready.rs` for the order, priorities and requeues). A
 //! message handed to a consumer that must acknowledge it moves to `unacked`. The queue's
@@ -22,8 +23,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use warren_store::{Location, RecordBatch, RecoveredQueue, Store, FLAG_DURABLE};
@@ -40,8 +42,8 @@ use crate::limits::{
 };
 use crate::message::Message;
 use crate::queue::{
-    GetOk, Overflow, QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueInfo, QueueStatsSnapshot,
-    SettleOp,
+    GetOk, InlinePublish, Overflow, PublishBatch, QueueArgs, QueueCmd, QueueDef, QueueHandle,
+    QueueInfo, QueueStatsSnapshot, SettleOp,
 };
 use crate::vhost::VHost;
 
@@ -101,8 +103,43 @@ pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
         data: data_rx,
         control: control_rx,
     };
-    tokio::spawn(run(queue, mailboxes, on_auto_delete));
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(queue),
+        kick: Notify::new(),
+    });
+    let inline: Arc<dyn InlinePublish> = shared.clone();
+    handle.offer_inline(Arc::downgrade(&inline));
+    tokio::spawn(run(shared, mailboxes, on_auto_delete));
     handle
+}
+
+/// What a queue's task shares with the publishers that run their publishes inline: the
+/// state machine, held by whoever runs a turn, and the task's wake-up for what an inline
+/// turn leaves it to do (a timer, flow, or its end).
+struct Shared {
+    queue: Mutex<ClassicQueue>,
+    kick: Notify,
+}
+
+impl InlinePublish for Shared {
+    fn try_publish(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
+        let Some(mut queue) = self.queue.try_lock() else {
+            return Err(batch); // the task (or another publisher) is in a turn
+        };
+        if queue.state != State::Running || queue.flow || queue.handle.pending() != 0 {
+            return Err(batch);
+        }
+        let (messages, confirm, tags) = batch;
+        queue.begin_turn();
+        queue.publish(messages, confirm, &tags);
+        queue.dispatch();
+        queue.store_stats();
+        let flow = queue.in_flow();
+        if queue.state != State::Running || flow || queue.wake_at().is_some() {
+            self.kick.notify_one();
+        }
+        Ok(())
+    }
 }
 
 struct Mailboxes {
@@ -122,6 +159,7 @@ impl Mailboxes {
         data: &mut Vec<QueueCmd>,
         flow: bool,
         wake_at: Option<Instant>,
+        kick: &Notify,
     ) -> bool {
         let far = Instant::now() + Duration::from_secs(3600);
         let timer = tokio::time::sleep_until(wake_at.unwrap_or(far));
@@ -133,6 +171,7 @@ impl Mailboxes {
                 // No credit came: the caller re-evaluates flow.
                 () = stall => return true,
                 () = timer => return true,
+                () = kick.notified() => return true,
             }
         } else {
             tokio::select! {
@@ -147,6 +186,7 @@ impl Mailboxes {
                     None => 0,
                 },
                 () = timer => return true,
+                () = kick.notified() => return true,
             }
         };
         if received == 0 {
@@ -175,40 +215,53 @@ impl Mailboxes {
     }
 }
 
+/// The queue's task: a turn for each batch of commands from its mailboxes, and for its
+/// timers. Publishers may run turns of their own in between (`Shared`); the lock keeps turns
+/// apart.
 async fn run(
-    mut queue: ClassicQueue,
+    shared: Arc<Shared>,
     mut mailboxes: Mailboxes,
     on_auto_delete: Box<dyn FnOnce() + Send>,
 ) {
     let mut control = Vec::with_capacity(QUEUE_BATCH_MAX);
     let mut data = Vec::with_capacity(QUEUE_BATCH_MAX);
+    let mut auto_deleted = false;
     loop {
-        let wake_at = queue.wake_at();
-        let flow = queue.in_flow();
-        if !mailboxes.next(&mut control, &mut data, flow, wake_at).await {
+        let (wake_at, flow) = {
+            let mut queue = shared.queue.lock();
+            if queue.state != State::Running {
+                auto_deleted = queue.finish(); // an inline turn ended it
+                break;
+            }
+            (queue.wake_at(), queue.in_flow())
+        };
+        let more = mailboxes
+            .next(&mut control, &mut data, flow, wake_at, &shared.kick)
+            .await;
+        if !more {
             break;
         }
+        let mut queue = shared.queue.lock();
         queue.begin_turn();
+        let taken = control.len() + data.len();
         for cmd in control.drain(..).chain(data.drain(..)) {
             queue.handle(cmd);
         }
+        queue.handle.handled(taken);
         queue.dispatch(); // one write to the store, then deliveries and dead letters
         queue.store_stats();
-        match queue.state {
-            State::Running => {}
-            State::Deleted => {
-                queue.erase_from_store();
-                break;
-            }
-            State::AutoDeleted => {
-                queue.erase_from_store();
-                on_auto_delete();
-                break;
-            }
+        if queue.state != State::Running {
+            auto_deleted = queue.finish();
+            break;
         }
     }
+    let mut queue = shared.queue.lock();
     queue.cancel_all_consumers();
     tracing::debug!(queue = %queue.handle.name(), "queue stopped");
+    drop(queue);
+    if auto_deleted {
+        on_auto_delete();
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -996,6 +1049,13 @@ impl ClassicQueue {
         let count = u32::try_from(self.ready.len()).unwrap_or(u32::MAX);
         self.state = State::Deleted;
         Ok(count)
+    }
+
+    /// A queue that stopped running (deleted) erases its records; returns whether it removed
+    /// itself (auto-delete, `x-expires`), which its owner must hear of.
+    fn finish(&mut self) -> bool {
+        self.erase_from_store();
+        self.state == State::AutoDeleted
     }
 
     /// Tells every consumer's connection that the queue is gone (basic.cancel to the client).

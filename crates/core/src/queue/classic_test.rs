@@ -293,10 +293,9 @@ fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
 /// Credit flow from queue to publisher: a publisher that has taken all of a queue's credit
 /// makes the next one wait until the queue has taken its batch; a batch larger than the
 /// whole credit still goes.
-#[tokio::test]
-async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
+fn spawn_queue(name: &str, credit: u32) -> QueueHandle {
     let def = QueueDef {
-        name: Arc::from("credit"),
+        name: Arc::from(name),
         vhost: Arc::from("/"),
         durable: false,
         exclusive_owner: None,
@@ -309,9 +308,14 @@ async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
         storage: None,
         recovered: None,
         vhost: Weak::new(),
-        credit: 4,
+        credit,
     };
-    let handle = spawn(def, setup);
+    spawn(def, setup)
+}
+
+#[tokio::test]
+async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
+    let handle = spawn_queue("credit", 4);
     let first = handle.acquire_credit(100).await; // more than the credit: takes all 4
     let waiting = handle.clone();
     let mut second = tokio::spawn(async move { waiting.acquire_credit(1).await });
@@ -375,4 +379,55 @@ fn a_count_after_a_ttl_zero_publish_in_the_same_turn_sees_it_gone_or_delivered()
     queue.dispatch();
     let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
     assert_eq!(bodies, ["taken"]);
+}
+
+/// A small publish to an idle queue runs on the publisher's task; one that would overtake a
+/// command sent before it, a large one, or one to a stopped queue goes to the queue's task.
+#[tokio::test]
+async fn an_idle_queue_takes_small_publishes_inline_and_never_out_of_order() {
+    let handle = spawn_queue("inline", 1_000);
+    let batch =
+        |bodies: &[&'static str]| (bodies.iter().map(|b| message(b)).collect(), None, vec![]);
+    assert!(
+        handle.try_publish_inline(batch(&["a"])).is_ok(),
+        "idle queue"
+    );
+    assert_eq!(handle.info().await.unwrap().messages, 1);
+
+    let (reply, purged) = oneshot::channel();
+    handle.send(QueueCmd::Purge { reply }).await.unwrap(); // waits in the mailbox
+    assert_eq!(handle.pending(), 1);
+    let back = handle.try_publish_inline(batch(&["b"]));
+    assert!(
+        back.is_err(),
+        "a publish must not overtake the purge sent before it"
+    );
+    assert_eq!(
+        purged.await.unwrap(),
+        1,
+        "the purge saw only the first message"
+    );
+    assert_eq!(handle.pending(), 0);
+    assert!(handle.try_publish_inline(batch(&["c"])).is_ok());
+
+    let large: Vec<&'static str> = vec!["x"; crate::limits::INLINE_PUBLISH_MAX + 1];
+    assert!(
+        handle.try_publish_inline(batch(&large)).is_err(),
+        "large batches go to the task"
+    );
+    assert_eq!(handle.info().await.unwrap().messages, 1);
+
+    let (reply, deleted) = oneshot::channel();
+    let delete = QueueCmd::Delete {
+        if_unused: false,
+        if_empty: false,
+        reply,
+    };
+    handle.send(delete).await.unwrap();
+    assert_eq!(deleted.await.unwrap().unwrap(), 1);
+    tokio::task::yield_now().await; // the task ends after the turn
+    assert!(
+        handle.try_publish_inline(batch(&["d"])).is_err(),
+        "a deleted queue"
+    );
 }

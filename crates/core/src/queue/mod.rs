@@ -1,10 +1,16 @@
 //! The queue interface every queue type implements (RabbitMQ's `rabbit_queue_type`).
 //!
-//! A queue is a state machine owned by one task. Callers talk to it only through its two bounded
+//! A queue is a state machine run by its own task. Callers talk to it through its two bounded
 //! mailboxes, in batches (`Publish` carries many messages, `Settle` many sequence numbers); it
 //! answers through oneshot replies and hands deliveries to consumers' outboxes. A full mailbox
 //! makes the publisher wait, which stops its socket reader: that is the credit flow from queue
 //! back to the client. Quorum and stream queues will implement the same commands.
+//!
+//! One shortcut: a queue may offer `InlinePublish`, and then a publisher with a small batch
+//! runs it as a turn of the queue on its own task while the queue is idle (nothing in its
+//! mailboxes, no turn running, not in flow). Order is kept by `pending`: a command sent
+//! before is always handled first. One publisher spread over many queues then wakes no queue
+//! task at all.
 //!
 //! The data mailbox carries publishes and everything that must see them in order (get, purge,
 //! delete, info). The control mailbox carries what consumers need promptly (credit, settle,
@@ -20,12 +26,14 @@ mod ready;
 pub mod stats;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery, Outbox};
 use crate::error::{resource_name, BrokerError};
+use crate::limits::INLINE_PUBLISH_MAX;
 use crate::message::Message;
 use crate::value::Table;
 
@@ -147,6 +155,26 @@ struct HandleInner {
     credit: Arc<Semaphore>,
     credit_max: u32,
     stats: QueueStats,
+    /// Commands sent to either mailbox and not yet handled: counted up before a command is
+    /// sent and down by the queue once it has handled it, so an inline publish (below) never
+    /// overtakes a command sent before it.
+    pending: AtomicUsize,
+    /// The queue's side of inline publishes, for queue types that offer them.
+    inline: OnceLock<Weak<dyn InlinePublish>>,
+}
+
+/// A publish batch: the messages, the confirm ticket they hold and the publisher's tags
+/// (see `QueueCmd::Publish`).
+pub type PublishBatch = (Vec<Arc<Message>>, Option<ConfirmTicket>, Vec<u64>);
+
+/// A queue that lets a publisher run its publish as a whole turn of the queue on the
+/// publisher's own task while the queue is idle: no mailbox hop and no task to wake, which
+/// is most of a small batch's cost when one publisher's messages are spread over many queues.
+pub trait InlinePublish: Send + Sync {
+    /// Runs the batch now, or gives it back when the queue is busy: its task is in a turn,
+    /// commands wait in its mailboxes (`pending` is not 0), it holds publishers back (flow)
+    /// or it has stopped.
+    fn try_publish(&self, batch: PublishBatch) -> Result<(), PublishBatch>;
 }
 
 impl QueueCmd {
@@ -203,7 +231,43 @@ impl QueueHandle {
             credit: Arc::new(Semaphore::new(credit_max as usize)),
             credit_max,
             stats: QueueStats::default(),
+            pending: AtomicUsize::new(0),
+            inline: OnceLock::new(),
         }))
+    }
+
+    /// Lets publishers run their publishes on their own task through `inline` while the
+    /// queue is idle (set once, by the queue when it starts).
+    pub fn offer_inline(&self, inline: Weak<dyn InlinePublish>) {
+        let _ = self.0.inline.set(inline);
+    }
+
+    /// Commands sent and not yet handled (see `HandleInner::pending`).
+    pub fn pending(&self) -> usize {
+        self.0.pending.load(Ordering::SeqCst)
+    }
+
+    /// The queue handled `count` commands taken from its mailboxes.
+    pub fn handled(&self, count: usize) {
+        self.0.pending.fetch_sub(count, Ordering::SeqCst);
+    }
+
+    /// Counts a command about to be sent; the caller sends it next, or calls `handled(1)`
+    /// when it could not.
+    fn will_send(&self) {
+        self.0.pending.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Runs the batch as a turn of the queue on this task when the queue offers it and is
+    /// idle; gives it back otherwise.
+    fn try_publish_inline(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
+        if batch.0.len() > INLINE_PUBLISH_MAX {
+            return Err(batch);
+        }
+        match self.0.inline.get().and_then(Weak::upgrade) {
+            Some(inline) => inline.try_publish(batch),
+            None => Err(batch),
+        }
     }
 
     pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {
@@ -223,9 +287,13 @@ impl QueueHandle {
     /// Sends a data command without waiting: `Err(Some(cmd))` when the mailbox is full,
     /// `Err(None)` when the queue has stopped.
     pub fn try_send_data(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
-        self.0.data.try_send(cmd).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(cmd) => Some(cmd),
-            mpsc::error::TrySendError::Closed(_) => None,
+        self.will_send();
+        self.0.data.try_send(cmd).map_err(|error| {
+            self.handled(1); // not sent
+            match error {
+                mpsc::error::TrySendError::Full(cmd) => Some(cmd),
+                mpsc::error::TrySendError::Closed(_) => None,
+            }
         })
     }
 
@@ -289,6 +357,7 @@ impl QueueHandle {
             .reserve()
             .await
             .map_err(|_| BrokerError::not_found(format!("no {}", self.0.def.resource())))?;
+        self.will_send();
         permit.send(cmd);
         Ok(())
     }
@@ -308,6 +377,10 @@ impl QueueHandle {
         outbox: &Outbox,
         connection: &mut impl ServeWhileWaiting,
     ) {
+        let (messages, confirm, tags) = match self.try_publish_inline((messages, confirm, tags)) {
+            Ok(()) => return,
+            Err(batch) => batch,
+        };
         let credit = self.acquire_credit(messages.len());
         tokio::pin!(credit);
         let mut credit_taken = None;
@@ -316,6 +389,7 @@ impl QueueHandle {
                 permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
                 permit = self.reserve_data(), if credit_taken.is_some() => {
                     if let Ok(permit) = permit {
+                        self.will_send();
                         permit.send(QueueCmd::Publish {
                             messages,
                             confirm,
@@ -336,7 +410,7 @@ impl QueueHandle {
 
     /// Waits for room in the data mailbox (cancel-safe, unlike `send`): lets a connection keep
     /// serving its consumers while its publishes wait for a busy queue.
-    pub async fn reserve_data(&self) -> Result<mpsc::Permit<'_, QueueCmd>, BrokerError> {
+    async fn reserve_data(&self) -> Result<mpsc::Permit<'_, QueueCmd>, BrokerError> {
         self.0
             .data
             .reserve()
