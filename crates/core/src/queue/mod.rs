@@ -249,7 +249,8 @@ impl QueueHandle {
 
     /// The queue handled `count` commands taken from its mailboxes.
     pub fn handled(&self, count: usize) {
-        self.0.pending.fetch_sub(count, Ordering::SeqCst);
+        let before = self.0.pending.fetch_sub(count, Ordering::SeqCst);
+        debug_assert!(before >= count, "a command was sent without `will_send`");
     }
 
     /// Counts a command about to be sent; the caller sends it next, or calls `handled(1)`
