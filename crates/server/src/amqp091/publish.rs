@@ -437,13 +437,16 @@ impl Connection {
         Ok(out.freeze())
     }
 
-    /// Hands collected publishes and settlements to their queues, then confirms.
+    /// Hands collected settlements and publishes to their queues, then confirms.
     ///
     /// A publish is confirmed once every target queue has it under its durability contract:
     /// in its mailbox (processed in order, in memory), or, for a persistent message to a
     /// durable queue, written and fsynced by the message store. The latter hold a confirm
     /// ticket that comes back through the outbox (`on_confirmed`); confirms go out in order.
     pub(super) async fn flush_pending(&mut self) {
+        // Settlements first: an ack read with a publish frees its consumer's room before the
+        // queue dispatches the publish, which may run at once (inline, see `publish_serving`).
+        self.flush_settles().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
@@ -487,11 +490,6 @@ impl Connection {
             ));
         }
         self.pending.publishes = publishes;
-        let mut settles = std::mem::take(&mut self.pending.settles);
-        for ((_, op), (queue, seqs)) in settles.drain() {
-            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
-        }
-        self.pending.settles = settles;
         let confirm_channels = std::mem::take(&mut self.pending.confirm_channels);
         for id in &confirm_channels {
             let Some(confirm) = self.channels.get_mut(id).and_then(|c| c.confirm.as_mut()) else {
@@ -508,6 +506,15 @@ impl Connection {
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
+    }
+
+    /// Hands collected settlements (acks, nacks, rejects) to their queues.
+    async fn flush_settles(&mut self) {
+        let mut settles = std::mem::take(&mut self.pending.settles);
+        for ((_, op), (queue, seqs)) in settles.drain() {
+            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
+        }
+        self.pending.settles = settles;
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost (nack).

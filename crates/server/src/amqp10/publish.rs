@@ -351,10 +351,20 @@ impl Connection {
         snapshot.route(exchange, &[routing_key], &mut fields, targets)
     }
 
-    /// Hands collected publishes and settlements to their queues, then sends the outcomes
-    /// that need no confirm ticket. Publishes that must be safe first (persistent messages to
-    /// durable queues, queues that may refuse them) share one ticket per call.
+    /// Hands collected credit, settlements and publishes to their queues, then sends the
+    /// outcomes that need no confirm ticket. Publishes that must be safe first (persistent
+    /// messages to durable queues, queues that may refuse them) share one ticket per call.
     pub(super) async fn flush_pending(&mut self) {
+        // Credit and settlements first: they free a consumer's room before the queue
+        // dispatches this flush's publishes, which may run at once (inline).
+        for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
+            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
+        }
+        let mut settles = std::mem::take(&mut self.pending.settles);
+        for ((_, op), (queue, seqs)) in settles.drain() {
+            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
+        }
+        self.pending.settles = settles;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut ticket = None;
         for (
@@ -403,14 +413,6 @@ impl Connection {
         if !requests.is_empty() {
             self.answer_management(requests).await;
         }
-        for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
-            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
-        }
-        let mut settles = std::mem::take(&mut self.pending.settles);
-        for ((_, op), (queue, seqs)) in settles.drain() {
-            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
-        }
-        self.pending.settles = settles;
         self.write_outcomes();
     }
 
