@@ -130,10 +130,12 @@ impl InlinePublish for Shared {
             return Err(batch);
         }
         let (messages, confirm, tags) = batch;
-        queue.begin_turn();
-        queue.publish(messages, confirm, &tags);
-        queue.dispatch();
-        queue.store_stats();
+        queue.turn([QueueCmd::Publish {
+            messages,
+            confirm,
+            tags,
+            credit: None,
+        }]);
         let flow = queue.in_flow();
         if queue.state != State::Running || flow || queue.wake_at().is_some() {
             self.kick.notify_one();
@@ -242,14 +244,9 @@ async fn run(
             break;
         }
         let mut queue = shared.queue.lock();
-        queue.begin_turn();
         let taken = control.len() + data.len();
-        for cmd in control.drain(..).chain(data.drain(..)) {
-            queue.handle(cmd);
-        }
+        queue.turn(control.drain(..).chain(data.drain(..)));
         queue.handle.handled(taken);
-        queue.dispatch(); // one write to the store, then deliveries and dead letters
-        queue.store_stats();
         if queue.state != State::Running {
             auto_deleted = queue.finish();
             break;
@@ -472,6 +469,17 @@ impl ClassicQueue {
             }
             QueueCmd::SetArgs { args } => self.set_args(*args),
         }
+    }
+
+    /// One turn, run by the queue's task or inline by a publisher: the commands in order,
+    /// then one write to the store, deliveries and dead letters, then the figures.
+    fn turn(&mut self, cmds: impl IntoIterator<Item = QueueCmd>) {
+        self.begin_turn();
+        for cmd in cmds {
+            self.handle(cmd);
+        }
+        self.dispatch();
+        self.store_stats();
     }
 
     /// Starts a turn: reads the clock and expires what is due.
