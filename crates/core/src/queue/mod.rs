@@ -29,6 +29,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
+use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery, Outbox};
@@ -136,6 +137,38 @@ pub enum QueueCmd {
     Info {
         reply: oneshot::Sender<QueueInfo>,
     },
+}
+
+/// Settlements a connection collected from one read: one `Settle` command per queue and
+/// operation, each carrying every sequence number (the AMQP 0.9.1 and 1.0 connections both
+/// batch through here).
+#[derive(Default)]
+pub struct Settlements(FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>);
+
+impl Settlements {
+    pub fn add(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
+        self.0
+            .entry((queue.key(), op))
+            .or_insert_with(|| (queue.clone(), Vec::new()))
+            .1
+            .push(seq);
+    }
+
+    /// Commands `send` would send.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Sends them to their queues (a queue that has stopped has nothing left to settle).
+    pub async fn send(&mut self) {
+        for ((_, op), (queue, seqs)) in self.0.drain() {
+            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
+        }
+    }
 }
 
 /// A cheap, cloneable reference to a running queue.

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp};
+use warren_core::queue::{QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
 use warren_core::routing::MessageFields;
 use warren_core::stats::add_owned;
 use warren_proto::amqp091::{
@@ -73,7 +73,7 @@ struct QueueBatch {
 #[derive(Default)]
 pub struct Pending {
     publishes: FxHashMap<usize, QueueBatch>,
-    settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
+    settles: Settlements,
     confirm_channels: Vec<u16>,
     /// Identifies the next confirm ticket of this connection.
     next_ticket: u64,
@@ -125,11 +125,7 @@ impl Pending {
     }
 
     pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
-        self.settles
-            .entry((queue.key(), op))
-            .or_insert_with(|| (queue.clone(), Vec::new()))
-            .1
-            .push(seq);
+        self.settles.add(queue, op, seq);
     }
 }
 
@@ -446,7 +442,7 @@ impl Connection {
     pub(super) async fn flush_pending(&mut self) {
         // Settlements first: an ack read with a publish frees its consumer's room before the
         // queue dispatches the publish, which may run at once (inline, see `publish_serving`).
-        self.flush_settles().await;
+        self.pending.settles.send().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
@@ -506,15 +502,6 @@ impl Connection {
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
-    }
-
-    /// Hands collected settlements (acks, nacks, rejects) to their queues.
-    async fn flush_settles(&mut self) {
-        let mut settles = std::mem::take(&mut self.pending.settles);
-        for ((_, op), (queue, seqs)) in settles.drain() {
-            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
-        }
-        self.pending.settles = settles;
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost (nack).

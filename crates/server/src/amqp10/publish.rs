@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp};
+use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
@@ -38,7 +38,7 @@ struct QueueBatch {
 #[derive(Default)]
 pub struct Pending {
     publishes: FxHashMap<usize, QueueBatch>,
-    settles: FxHashMap<(usize, SettleOp), (QueueHandle, Vec<u64>)>,
+    settles: Settlements,
     /// Unsettled publishes of this read: (channel, delivery-id, must wait for a ticket).
     unconfirmed: Vec<(u16, u32, bool)>,
     /// Publishes waiting for a confirm ticket, by ticket.
@@ -56,11 +56,7 @@ pub struct Pending {
 
 impl Pending {
     pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
-        self.settles
-            .entry((queue.key(), op))
-            .or_insert_with(|| (queue.clone(), Vec::new()))
-            .1
-            .push(seq);
+        self.settles.add(queue, op, seq);
     }
 
     pub fn grant(&mut self, credit: (QueueHandle, u64, u32)) {
@@ -360,11 +356,7 @@ impl Connection {
         for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
             let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
         }
-        let mut settles = std::mem::take(&mut self.pending.settles);
-        for ((_, op), (queue, seqs)) in settles.drain() {
-            let _ = queue.send(QueueCmd::Settle { op, seqs }).await;
-        }
-        self.pending.settles = settles;
+        self.pending.settles.send().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut ticket = None;
         for (
