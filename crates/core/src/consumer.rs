@@ -142,8 +142,51 @@ impl Drop for TicketInner {
 /// The connection's inbox for queue events; see the module doc for why it needs no capacity.
 #[derive(Debug, Default)]
 pub struct Outbox {
-    events: Mutex<Vec<Event>>,
+    inbox: Mutex<Inbox>,
     notify: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    events: Vec<Event>,
+    quiet: Quiet,
+}
+
+/// Deliveries that may still be appended without waking the connection: it is holding
+/// deliveries back (`delivery_hold_ms`) and its hold timer wakes it anyway. Anything that is
+/// not a delivery, or more than this, wakes it at once.
+#[derive(Debug, Default)]
+struct Quiet {
+    deliveries: u32,
+    bytes: usize,
+}
+
+impl Quiet {
+    /// Whether `events` fit in what is left (which they then use up); when they do not, the
+    /// rest is given up, so the connection is woken from now on.
+    fn absorb(&mut self, events: &[Event]) -> bool {
+        if self.deliveries == 0 {
+            return false;
+        }
+        let mut bytes = 0;
+        for event in events {
+            match event {
+                Event::Deliver(delivery) => bytes += delivery.message.size_bytes(),
+                _ => {
+                    *self = Quiet::default();
+                    return false;
+                }
+            }
+        }
+        let count = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        if count > self.deliveries || bytes > self.bytes {
+            *self = Quiet::default();
+            return false;
+        }
+        self.deliveries -= count;
+        self.bytes -= bytes;
+        true
+    }
 }
 
 impl Outbox {
@@ -151,28 +194,48 @@ impl Outbox {
         Arc::new(Outbox::default())
     }
 
-    /// Appends a batch and wakes the connection once.
+    /// Appends a batch and wakes the connection once (unless it is quiet, see `quiet_for`).
     pub fn push_batch(&self, batch: &mut Vec<Event>) {
         if batch.is_empty() {
             return;
         }
-        self.events.lock().append(batch);
-        self.notify.notify_one();
+        let mut inbox = self.inbox.lock();
+        let absorbed = inbox.quiet.absorb(batch);
+        inbox.events.append(batch);
+        drop(inbox);
+        if !absorbed {
+            self.notify.notify_one();
+        }
     }
 
     pub fn push(&self, event: Event) {
-        self.events.lock().push(event);
-        self.notify.notify_one();
+        let mut inbox = self.inbox.lock();
+        let absorbed = inbox.quiet.absorb(std::slice::from_ref(&event));
+        inbox.events.push(event);
+        drop(inbox);
+        if !absorbed {
+            self.notify.notify_one();
+        }
     }
 
     /// Moves every pending event into `into` (which the caller keeps to reuse its allocation).
+    /// Ends any quiet spell: the connection is woken for whatever comes next until it asks
+    /// for quiet again.
     pub fn take_all(&self, into: &mut Vec<Event>) {
-        let mut events = self.events.lock();
+        let mut inbox = self.inbox.lock();
+        inbox.quiet = Quiet::default();
         if into.is_empty() {
-            std::mem::swap(&mut *events, into);
+            std::mem::swap(&mut inbox.events, into);
         } else {
-            into.append(&mut events);
+            into.append(&mut inbox.events);
         }
+    }
+
+    /// Lets up to `deliveries` deliveries of together up to `bytes` message bytes be appended
+    /// without waking the connection, until its next `take_all`. Only for a connection that
+    /// will wake by itself soon (its hold timer is armed): it finds them then.
+    pub fn quiet_for(&self, deliveries: u32, bytes: usize) {
+        self.inbox.lock().quiet = Quiet { deliveries, bytes };
     }
 
     /// Resolves once events were pushed since the last call (a push before the wait counts).

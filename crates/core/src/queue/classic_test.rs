@@ -431,3 +431,59 @@ async fn an_idle_queue_takes_small_publishes_inline_and_never_out_of_order() {
         "a deleted queue"
     );
 }
+
+/// A publish turn: the messages are enqueued and dispatched to waiting consumers.
+fn publish_and_dispatch(queue: &mut ClassicQueue, bodies: &[&'static str]) {
+    queue.turn([QueueCmd::Publish {
+        messages: bodies.iter().map(|b| message(b)).collect(),
+        confirm: None,
+        tags: Vec::new(),
+        credit: None,
+    }]);
+}
+
+/// Whether the connection behind `outbox` would wake now (a push since its last wait).
+async fn wakes(outbox: &Outbox) -> bool {
+    tokio::time::timeout(std::time::Duration::from_millis(1), outbox.notified())
+        .await
+        .is_ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_outbox_takes_deliveries_without_waking_its_connection() {
+    let outbox = Outbox::new();
+    let mut queue = queue();
+    consume(&mut queue, consumer(1, 100, 0, &outbox));
+    let _ = wakes(&outbox).await;
+
+    outbox.quiet_for(2, 1024);
+    publish_and_dispatch(&mut queue, &["a"]);
+    assert!(!wakes(&outbox).await, "one delivery fits the quiet spell");
+    publish_and_dispatch(&mut queue, &["b", "c"]);
+    assert!(
+        wakes(&outbox).await,
+        "two more do not: the connection is woken"
+    );
+    publish_and_dispatch(&mut queue, &["d"]);
+    assert!(wakes(&outbox).await, "the spell ended when it overflowed");
+    assert_eq!(delivered(&outbox).len(), 4, "nothing is lost either way");
+
+    outbox.quiet_for(10, 1);
+    publish_and_dispatch(&mut queue, &["ef"]);
+    assert!(
+        wakes(&outbox).await,
+        "more bytes than the spell allows wake it"
+    );
+
+    outbox.quiet_for(10, 1024);
+    let _ = delivered(&outbox);
+    publish_and_dispatch(&mut queue, &["g"]);
+    assert!(wakes(&outbox).await, "taking the events ends the spell");
+
+    outbox.quiet_for(10, 1024);
+    outbox.push(Event::Confirmed {
+        ticket: 1,
+        ok: true,
+    });
+    assert!(wakes(&outbox).await, "anything but a delivery wakes it");
+}

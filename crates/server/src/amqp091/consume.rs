@@ -564,6 +564,20 @@ impl Connection {
         }
     }
 
+    /// How many more deliveries this connection may take while each of its consumers still
+    /// `may_wait`: the least room any consumer with a prefetch limit has below half of it.
+    pub(super) fn waiting_room(&self) -> u32 {
+        let mut room = u32::MAX;
+        for channel in self.channels.values() {
+            for consumer in &channel.consumers {
+                if let Some(limit) = consumer.prefetch_limit(channel.channel_prefetch) {
+                    room = room.min((limit / 2).saturating_sub(consumer.unacked + consumer.held));
+                }
+            }
+        }
+        room
+    }
+
     fn deliver(&mut self, delivery: Delivery) {
         let id = delivery.channel;
         let channel = self.channels.get_mut(&id).filter(|c| !c.closing);

@@ -20,8 +20,12 @@ const IOVECS_MAX: usize = 64;
 /// not regrown, page by fresh page, every time), and dropped after a burst; `shrink` drops
 /// any once the connection is quiet.
 const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
-/// A buffer above `ENCODE_BUFFER_KEEP_BYTES` is dropped when a flush used less than this
-/// fraction of it.
+/// A buffer above `ENCODE_BUFFER_KEEP_BYTES` is dropped when this many flushes in a row used
+/// less than a quarter of it (`ENCODE_BUFFER_USE_MIN_DIVISOR`). Not at the first: a consumer
+/// that outruns its client writes in waves, a large write after a stall and small ones between,
+/// and dropping at each small one regrew the buffer from nothing about 60 times a second in
+/// PerfTest's autoack workload (page faults were 3% of the broker's CPU there).
+const ENCODE_BUFFER_SMALL_FLUSHES_MAX: u8 = 64;
 const ENCODE_BUFFER_USE_MIN_DIVISOR: usize = 4;
 
 #[derive(Default)]
@@ -29,6 +33,8 @@ pub struct Writer {
     encode: BytesMut,
     queued: VecDeque<Bytes>,
     queued_bytes: usize,
+    /// Flushes in a row that used little of a large encode buffer.
+    small_flushes: u8,
 }
 
 impl Writer {
@@ -190,8 +196,74 @@ impl Writer {
         if allocated > ENCODE_BUFFER_KEEP_BYTES
             && written < allocated / ENCODE_BUFFER_USE_MIN_DIVISOR
         {
-            self.encode = BytesMut::new();
+            self.small_flushes += 1;
+            if self.small_flushes >= ENCODE_BUFFER_SMALL_FLUSHES_MAX {
+                self.small_flushes = 0;
+                self.encode = BytesMut::new();
+            }
+        } else {
+            self.small_flushes = 0;
         }
         Ok((bytes, writes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A writer's socket, with a task that reads and drops everything sent to it.
+    async fn socket() -> OwnedWriteHalf {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let client = TcpStream::connect(address).await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        tokio::spawn(async move {
+            let mut sink = vec![0u8; 64 * 1024];
+            while matches!(server.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+        client.into_split().1
+    }
+
+    fn heartbeats(writer: &mut Writer, bytes: usize) {
+        while writer.len() < bytes {
+            writer.heartbeat();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_encode_buffer_outlives_small_flushes_until_they_are_the_rule() {
+        let mut socket = socket().await;
+        let mut writer = Writer::default();
+        heartbeats(&mut writer, 4 * ENCODE_BUFFER_KEEP_BYTES);
+        let large = writer.encode.capacity();
+        writer.flush(&mut socket).await.unwrap();
+
+        // A wave: small writes between large ones keep the buffer (the capacity is read once
+        // frames are encoded: a flush advances the buffer, which lowers it until the next).
+        for _ in 1..ENCODE_BUFFER_SMALL_FLUSHES_MAX {
+            heartbeats(&mut writer, 100);
+            let kept = writer.encode.capacity();
+            assert!(kept > large / 2, "dropped within a wave: {kept} of {large}");
+            writer.flush(&mut socket).await.unwrap();
+        }
+        // A large write (over a quarter of the buffer) starts the count again.
+        heartbeats(&mut writer, 2 * ENCODE_BUFFER_KEEP_BYTES);
+        assert!(writer.encode.capacity() > large / 2, "dropped");
+        writer.flush(&mut socket).await.unwrap();
+
+        // Small writes only: the buffer goes.
+        for _ in 0..ENCODE_BUFFER_SMALL_FLUSHES_MAX {
+            heartbeats(&mut writer, 100);
+            writer.flush(&mut socket).await.unwrap();
+        }
+        heartbeats(&mut writer, 100);
+        assert!(
+            writer.encode.capacity() < ENCODE_BUFFER_KEEP_BYTES,
+            "kept {} bytes after {ENCODE_BUFFER_SMALL_FLUSHES_MAX} small writes",
+            writer.encode.capacity()
+        );
     }
 }
