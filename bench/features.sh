@@ -9,7 +9,11 @@
 #             weight 1, a random routing key per message: warren perf -K) over 1, 2, 4, 8
 #             and 16 queues with a consumer each, 1 and 10 publishers with confirms (-c 100)
 #
-#   bench/features.sh [--seconds N] [--only types|fanout|hash] [--out-dir DIR]
+#   bench/features.sh [--seconds N] [--rounds N] [--only types|fanout|hash] [--out-dir DIR]
+#
+# --rounds N (default 1) runs every scenario N times in turn on each broker; the tables and
+# charts then give each figure's median over the rounds, so that a slow minute of a shared
+# host lands on one round of a point instead of being the point.
 #
 # The load generator is `warren perf` (PerfTest's flags). RabbitMQ is Debian's
 # rabbitmq-server with rabbitmq_consistent_hash_exchange enabled, a private node on a free
@@ -37,6 +41,7 @@ readonly FANOUT_RATE=1000
 readonly RUN_GRACE_S=60 # a run may take this long beyond its -z before it is killed
 
 seconds=15
+rounds=1
 only=""
 out_dir="$REPO_ROOT/bench/results"
 work_dir=""
@@ -54,7 +59,7 @@ main() {
   stamp="$(date +%Y-%m-%d-%H%M%S)"
   summary="$out_dir/features-$stamp.txt"
   csv="$out_dir/features-$stamp.csv"
-  say "features: ${seconds}s per run; $(date -Is); $(nproc) cores"
+  say "features: ${seconds}s per run, $rounds round(s); $(date -Is); $(nproc) cores"
   perf="$(warren_binary)"
   if [[ ! -x "$perf" ]]; then
     (cd "$REPO_ROOT" && cargo build --release) || exit 1
@@ -64,10 +69,15 @@ main() {
   export RABBITMQ_BENCH_PLUGINS=rabbitmq_consistent_hash_exchange
   start_rabbitmq || exit 1
   say "rabbitmq $rabbit_version"
-  scenarios rabbitmq "amqp://guest:guest@127.0.0.1:$rabbit_port/%2f" "$rabbit_beam_pid"
+  local round
+  for ((round = 1; round <= rounds; round++)); do
+    scenarios rabbitmq "amqp://guest:guest@127.0.0.1:$rabbit_port/%2f" "$rabbit_beam_pid"
+  done
   stop_rabbitmq
   start_warren || exit 1
-  scenarios warren "amqp://guest:guest@127.0.0.1:$warren_port/%2f" "$warren_pid"
+  for ((round = 1; round <= rounds; round++)); do
+    scenarios warren "amqp://guest:guest@127.0.0.1:$warren_port/%2f" "$warren_pid"
+  done
   stop_warren
   python3 "$REPO_ROOT/bench/features_report.py" "$csv" | tee -a "$summary"
   charts "$stamp"
@@ -78,12 +88,17 @@ parse_args() {
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --seconds) seconds="$2"; shift 2 ;;
+      --rounds) rounds="$2"; shift 2 ;;
       --only) only="$2"; shift 2 ;;
       --out-dir) out_dir="$2"; shift 2 ;;
-      -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) echo "features: unknown argument $1 (see --help)"; exit 2 ;;
     esac
   done
+  if [[ ! "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+    echo "features: --rounds takes a whole number of at least 1, not '$rounds'"
+    exit 2
+  fi
 }
 
 # scenarios BROKER URI PID
@@ -150,9 +165,11 @@ charts() {
   local stamp="$1"
   chart_tools features "$csv" || return 0
   local fanout="$work_dir/fanout.csv" hash="$work_dir/hash.csv"
-  python3 - "$csv" "$fanout" "$hash" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+  python3 - "$csv" "$fanout" "$hash" "$REPO_ROOT/bench" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[4])
+from features_report import median_rows, read_rows
+rows = median_rows(read_rows(sys.argv[1]))
 with open(sys.argv[2], "w") as f:
     f.write("queues,recv_rate,broker\n")
     for r in rows:

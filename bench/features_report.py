@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Tables of bench/features.sh's CSV: each scenario's figures per broker and Warren's ratio
 to RabbitMQ (rates: Warren / RabbitMQ, higher is better; latency and CPU: lower is better).
+A scenario run in several rounds (--rounds) is given by the median of each figure over its
+rounds (a failed round does not count).
 
     python3 bench/features_report.py features-STAMP.csv
 """
 import csv
+import statistics
 import sys
+
+FIGURES = ("sent_rate", "recv_rate", "p50_us", "p99_us", "cpu_us_per_msg")
 
 
 def number(text):
@@ -18,8 +23,34 @@ def ratio(warren, rabbit):
     return f"{warren / rabbit:.2f}"
 
 
+def read_rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def median_rows(rows):
+    """One row per broker and scenario, each figure the median of the rounds that have it,
+    and `rounds` the number of rounds that ran."""
+    groups = {}
+    for row in rows:
+        key = (row["broker"], row["scenario"], row["queues"], row["publishers"])
+        groups.setdefault(key, []).append(row)
+    merged = []
+    for (broker, scenario, queues, publishers), group in groups.items():
+        row = {"broker": broker, "scenario": scenario, "queues": queues,
+               "publishers": publishers}
+        for figure in FIGURES:
+            values = [float(r[figure]) for r in group if r[figure]]
+            row[figure] = f"{statistics.median(values):g}" if values else ""
+        row["rounds"] = str(sum(1 for r in group if r["sent_rate"]))
+        merged.append(row)
+    return merged
+
+
 def main(path):
-    rows = list(csv.DictReader(open(path)))
+    rows = median_rows(read_rows(path))
+    rounds = sorted({row["rounds"] for row in rows})
+    print(f"\nEach figure is the median of {' or '.join(rounds)} round(s).")
     by_key = {}
     for row in rows:
         key = (row["scenario"], int(row["queues"]), int(row["publishers"]))
