@@ -171,6 +171,14 @@ impl Settlements {
     }
 }
 
+/// Sends consumer credit, (queue, consumer, messages) each, to the queues (a queue that has
+/// stopped needs none); both protocols' connections grant through here.
+pub async fn send_credit(grants: impl IntoIterator<Item = (QueueHandle, ConsumerId, u32)>) {
+    for (queue, consumer, credit) in grants {
+        let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
+    }
+}
+
 /// A cheap, cloneable reference to a running queue.
 #[derive(Clone)]
 pub struct QueueHandle(Arc<HandleInner>);

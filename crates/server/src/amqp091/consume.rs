@@ -13,7 +13,7 @@ use warren_core::consumer::{Consumer, Delivery, Event};
 use warren_core::limits::{
     CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
 };
-use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
+use warren_core::queue::{send_credit, QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
 use warren_core::vhost::generate_name;
@@ -75,8 +75,14 @@ impl ConsumerState {
     /// Whether a delivery to this consumer may wait to be written with later ones: the
     /// client needs nothing more to go on while under half its prefetch limit is in use.
     fn may_wait(&self, global: u16) -> bool {
+        self.waiting_room(global).is_none_or(|room| room > 0)
+    }
+
+    /// How many more deliveries may wait (see `may_wait`): what is left below half the
+    /// prefetch limit; `None` when there is no limit.
+    fn waiting_room(&self, global: u16) -> Option<u32> {
         self.prefetch_limit(global)
-            .is_none_or(|limit| (self.unacked + self.held + 1) * 2 <= limit)
+            .map(|limit| (limit / 2).saturating_sub(self.unacked + self.held))
     }
 }
 
@@ -565,17 +571,19 @@ impl Connection {
     }
 
     /// How many more deliveries this connection may take while each of its consumers still
-    /// `may_wait`: the least room any consumer with a prefetch limit has below half of it.
+    /// `may_wait`: the least waiting room of any of them.
     pub(super) fn waiting_room(&self) -> u32 {
-        let mut room = u32::MAX;
-        for channel in self.channels.values() {
-            for consumer in &channel.consumers {
-                if let Some(limit) = consumer.prefetch_limit(channel.channel_prefetch) {
-                    room = room.min((limit / 2).saturating_sub(consumer.unacked + consumer.held));
-                }
-            }
-        }
-        room
+        self.channels
+            .values()
+            .flat_map(|channel| {
+                let global = channel.channel_prefetch;
+                channel
+                    .consumers
+                    .iter()
+                    .filter_map(move |c| c.waiting_room(global))
+            })
+            .min()
+            .unwrap_or(u32::MAX)
     }
 
     fn deliver(&mut self, delivery: Delivery) {
@@ -702,13 +710,6 @@ impl Connection {
             }
         }
         grants
-    }
-}
-
-/// Sends the credit `credit_due` found.
-pub(super) async fn send_credit(grants: Vec<(QueueHandle, u64, u32)>) {
-    for (queue, consumer, credit) in grants {
-        let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
     }
 }
 

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
+use warren_core::queue::{send_credit, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
 use warren_core::routing::MessageFields;
 use warren_core::stats::add_owned;
 use warren_proto::amqp091::{
@@ -786,7 +786,7 @@ impl ServeWhileWaiting for Connection {
         let grants = self.credit_due();
         if !grants.is_empty() {
             // Boxed: rare (see `Connection::on_read`).
-            Box::pin(super::consume::send_credit(grants)).await;
+            Box::pin(send_credit(grants)).await;
         }
         self.flush().await.is_ok() // false: the socket is gone; teardown follows
     }

@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::ConfirmTicket;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{QueueCmd, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
+use warren_core::queue::{send_credit, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
@@ -353,9 +353,7 @@ impl Connection {
     pub(super) async fn flush_pending(&mut self) {
         // Credit and settlements first: they free a consumer's room before the queue
         // dispatches this flush's publishes, which may run at once (inline).
-        for (queue, consumer, credit) in std::mem::take(&mut self.pending.credits) {
-            let _ = queue.send(QueueCmd::Credit { consumer, credit }).await;
-        }
+        send_credit(std::mem::take(&mut self.pending.credits)).await;
         self.pending.settles.send().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         let mut ticket = None;
