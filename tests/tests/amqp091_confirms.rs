@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{BasicProperties, Confirmation};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Confirmation, ExchangeKind};
 use warren_tests::raw::{Handshake, RawClient};
 use warren_tests::wire::{self, method, reply, Args};
 use warren_tests::{
@@ -243,4 +246,58 @@ async fn publish_to_a_missing_exchange_in_confirm_mode_closes_the_channel() {
     let _ = bounded!(publish);
     let text = watch.expect_close(reply::NOT_FOUND).await;
     assert!(text.contains(&name), "{text}");
+}
+
+/// A confirm that waits for nothing goes out as soon as the queues have taken the publish in
+/// their order, which may be before their turns deliver it: a get sent after the confirm
+/// must still find the message in every queue it was routed to, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_message_is_in_every_queue_it_was_routed_to() {
+    let broker = TestBroker::start().await;
+    let publisher = broker.connect().await;
+    let getter = broker.connect().await;
+    let channel = confirm_channel(&publisher).await;
+    let gets = bounded!(getter.create_channel()).expect("open a channel");
+    let exchange = unique("confirm-fanout");
+    let declare = channel.exchange_declare(
+        exchange.as_str().into(),
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    );
+    bounded!(declare).expect("declare the fanout exchange");
+    let mut queues = Vec::new();
+    for i in 0..8 {
+        let queue = unique(&format!("confirm-fanout-{i}"));
+        declare_queue(&channel, &queue).await;
+        let bind = channel.queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        );
+        bounded!(bind).expect("bind");
+        queues.push(queue);
+    }
+    for round in 0..100 {
+        let body = format!("round {round}");
+        let publish = channel.basic_publish(
+            exchange.as_str().into(),
+            "".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            BasicProperties::default(),
+        );
+        let confirm = bounded!(publish).expect("publish");
+        let confirmation = bounded!(confirm).expect("confirm");
+        assert!(
+            matches!(confirmation, Confirmation::Ack(None)),
+            "{confirmation:?}"
+        );
+        for queue in &queues {
+            let got = get_all(&gets, queue).await;
+            assert_eq!(got, [body.as_str()], "{queue} after the confirm of {body}");
+        }
+    }
 }

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -123,12 +123,9 @@ struct Shared {
 
 impl InlinePublish for Shared {
     fn try_publish(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
-        let Some(mut queue) = self.queue.try_lock() else {
-            return Err(batch); // the task (or another publisher) is in a turn
-        };
-        if queue.state != State::Running || queue.flow || queue.handle.pending() != 0 {
+        let Some(mut queue) = self.idle() else {
             return Err(batch);
-        }
+        };
         let (messages, confirm, tags) = batch;
         queue.turn([QueueCmd::Publish {
             messages,
@@ -136,11 +133,49 @@ impl InlinePublish for Shared {
             tags,
             credit: None,
         }]);
+        self.after_inline_turn(&mut queue);
+        Ok(())
+    }
+
+    fn try_accept(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
+        let Some(mut queue) = self.idle() else {
+            return Err(batch);
+        };
+        queue.accepted.push(batch);
+        Ok(())
+    }
+
+    fn run_accepted(&self) {
+        let Some(mut queue) = self.queue.try_lock() else {
+            // Whoever holds the queue may not be in a turn (the task between two waits):
+            // the task's next turn runs them.
+            self.kick.notify_one();
+            return;
+        };
+        if queue.accepted.is_empty() || queue.state != State::Running {
+            return; // a turn ran them meanwhile, or the queue is gone with them
+        }
+        queue.turn([]);
+        self.after_inline_turn(&mut queue);
+    }
+}
+
+impl Shared {
+    /// The queue, when a publisher may run or add to it now: no turn is running, every
+    /// command sent before was handled (`pending` is 0), it takes publishes (not in flow)
+    /// and has not stopped.
+    fn idle(&self) -> Option<MutexGuard<'_, ClassicQueue>> {
+        let queue = self.queue.try_lock()?; // the task or another publisher is in a turn
+        let idle = queue.state == State::Running && !queue.flow && queue.handle.pending() == 0;
+        idle.then_some(queue)
+    }
+
+    /// Wakes the task for what an inline turn left it: a timer, flow, or its end.
+    fn after_inline_turn(&self, queue: &mut ClassicQueue) {
         let flow = queue.in_flow();
         if queue.state != State::Running || flow || queue.wake_at().is_some() {
             self.kick.notify_one();
         }
-        Ok(())
     }
 }
 
@@ -324,6 +359,9 @@ pub struct ClassicQueue {
     read_ahead: FxHashMap<u64, (Arc<Message>, Option<u64>)>,
     /// Running totals copied to the handle's stats once per turn.
     totals: QueueStatsSnapshot,
+    /// Publishes accepted in the queue's order and not yet run (`InlinePublish::try_accept`):
+    /// the next turn, whoever runs it, takes them before any command.
+    accepted: Vec<PublishBatch>,
 }
 
 impl ClassicQueue {
@@ -352,6 +390,7 @@ impl ClassicQueue {
             spare: Vec::new(),
             read_ahead: FxHashMap::default(),
             totals: QueueStatsSnapshot::default(),
+            accepted: Vec::new(),
         }
     }
 
@@ -475,6 +514,18 @@ impl ClassicQueue {
     /// then one write to the store, deliveries and dead letters, then the figures.
     fn turn(&mut self, cmds: impl IntoIterator<Item = QueueCmd>) {
         self.begin_turn();
+        // Accepted while every command sent before them was handled: anything taken now was
+        // sent after them.
+        let mut accepted = std::mem::take(&mut self.accepted);
+        for (messages, confirm, tags) in accepted.drain(..) {
+            self.handle(QueueCmd::Publish {
+                messages,
+                confirm,
+                tags,
+                credit: None,
+            });
+        }
+        self.accepted = accepted;
         for cmd in cmds {
             self.handle(cmd);
         }

@@ -341,6 +341,59 @@ async fn publishers_wait_for_credit_until_the_queue_takes_their_batch() {
     assert_eq!(handle.info().await.unwrap().messages, 2);
 }
 
+/// What sends the queue a get right after (say) seeing a confirm.
+async fn get_body(handle: &QueueHandle) -> Option<String> {
+    let got = handle
+        .request(|reply| QueueCmd::Get {
+            channel: 1,
+            no_ack: true,
+            reply,
+        })
+        .await
+        .unwrap();
+    got.map(|ok| String::from_utf8(ok.delivery.message.body.to_vec()).unwrap())
+}
+
+/// A batch the queue accepted ahead of its turn (so that its publisher could confirm it
+/// first) is in the queue's order at once: a command sent after it sees it, though no turn
+/// ran it yet, and running it afterwards neither loses nor repeats it.
+#[tokio::test]
+async fn an_accepted_publish_is_seen_by_what_is_sent_after_it_before_it_runs() {
+    let handle = spawn_queue("accepted", 100);
+    // The task starts idle; wait until it takes inline publishes.
+    let mut batch = (vec![message("a")], None, Vec::new());
+    for _ in 0..100 {
+        match handle.try_accept(batch) {
+            Ok(()) => break,
+            Err(back) => batch = back,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        get_body(&handle).await.as_deref(),
+        Some("a"),
+        "the get was sent after the accept and must see its message"
+    );
+    handle.run_accepted(); // the task's turn already ran it
+    assert_eq!(get_body(&handle).await, None, "the message was run twice");
+
+    handle
+        .try_accept((vec![message("b"), message("c")], None, Vec::new()))
+        .expect("an idle queue accepts a small batch");
+    handle.run_accepted();
+    assert_eq!(handle.info().await.unwrap().messages, 2);
+    assert_eq!(get_body(&handle).await.as_deref(), Some("b"));
+    assert_eq!(get_body(&handle).await.as_deref(), Some("c"));
+
+    let large = (0..=crate::limits::INLINE_PUBLISH_MAX)
+        .map(|_| message("x"))
+        .collect();
+    assert!(
+        handle.try_accept((large, None, Vec::new())).is_err(),
+        "a large batch goes through the mailbox"
+    );
+}
+
 /// A count or a get in the same turn as a TTL-0 publish sees what the end of that turn would:
 /// the message went to a waiting consumer, or it is gone.
 #[test]

@@ -10,7 +10,10 @@
 //! runs it as a turn of the queue on its own task while the queue is idle (nothing in its
 //! mailboxes, no turn running, not in flow). Order is kept by `pending`: a command sent
 //! before is always handled first. One publisher spread over many queues then wakes no queue
-//! task at all.
+//! task at all. The publisher may also have the queue accept the batch first and run it a
+//! moment later (`try_accept`, `run_accepted`): accepted, it is in the queue's order (the next
+//! turn, whoever runs it, takes it before any command, all of which were sent after it), so
+//! its confirm can go out before the turns that deliver it.
 //!
 //! The data mailbox carries publishes and everything that must see them in order (get, purge,
 //! delete, info). The control mailbox carries what consumers need promptly (credit, settle,
@@ -216,6 +219,16 @@ pub trait InlinePublish: Send + Sync {
     /// commands wait in its mailboxes (`pending` is not 0), it holds publishers back (flow)
     /// or it has stopped.
     fn try_publish(&self, batch: PublishBatch) -> Result<(), PublishBatch>;
+
+    /// Takes the batch into the queue's order without running it, on the same terms as
+    /// `try_publish`: it then counts as handed to the queue (its confirm may go out, and
+    /// whatever is sent to the queue later sees it), and the next turn runs it first. The
+    /// caller runs that turn soon with `run_accepted`.
+    fn try_accept(&self, batch: PublishBatch) -> Result<(), PublishBatch>;
+
+    /// Runs what `try_accept` took, as a turn on this task when the queue is free, or wakes
+    /// the queue's task to run it.
+    fn run_accepted(&self);
 }
 
 impl QueueCmd {
@@ -303,13 +316,35 @@ impl QueueHandle {
     /// Runs the batch as a turn of the queue on this task when the queue offers it and is
     /// idle; gives it back otherwise.
     fn try_publish_inline(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
-        if batch.0.len() > INLINE_PUBLISH_MAX {
-            return Err(batch);
-        }
-        match self.0.inline.get().and_then(Weak::upgrade) {
+        match self.inline_for(&batch) {
             Some(inline) => inline.try_publish(batch),
             None => Err(batch),
         }
+    }
+
+    /// Hands a small batch to an idle queue without running it yet, so that its publisher can
+    /// confirm it before the queue's turn (delivery to consumers) has run; the publisher then
+    /// calls `run_accepted`. Gives the batch back when the queue is busy, or does not offer
+    /// inline publishes, or the batch is large: it goes through `publish_serving` then.
+    pub fn try_accept(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
+        match self.inline_for(&batch) {
+            Some(inline) => inline.try_accept(batch),
+            None => Err(batch),
+        }
+    }
+
+    /// Runs what `try_accept` took (see `InlinePublish::run_accepted`).
+    pub fn run_accepted(&self) {
+        if let Some(inline) = self.0.inline.get().and_then(Weak::upgrade) {
+            inline.run_accepted();
+        }
+    }
+
+    fn inline_for(&self, batch: &PublishBatch) -> Option<Arc<dyn InlinePublish>> {
+        if batch.0.len() > INLINE_PUBLISH_MAX {
+            return None;
+        }
+        self.0.inline.get().and_then(Weak::upgrade)
     }
 
     pub fn args(&self) -> arc_swap::Guard<Arc<QueueArgs>> {

@@ -290,6 +290,7 @@ impl Connection {
                 () = hold_elapsed(&mut self.hold), if self.hold.as_ref().is_some_and(|h| h.until.is_some()) => {
                     if let Some(hold) = self.hold.as_deref_mut() {
                         hold.last_deliveries = Instant::now();
+                        hold.due = true;
                     }
                 }
                 _ = tick(&mut ticker) => self.on_tick(heartbeat)?,
@@ -315,7 +316,9 @@ impl Connection {
                 self.add_counts();
                 continue;
             }
+            let held = self.unflushed_deliveries;
             self.flush().await?;
+            self.hold_next_window(held > 0);
             self.add_counts();
             self.set_channel_gauges();
         }
@@ -349,6 +352,7 @@ impl Connection {
                 last_read: now,
                 last_deliveries: now,
                 until: None,
+                due: false,
                 timer: Box::pin(tokio::time::sleep_until(now)),
             }));
             return false;
@@ -381,6 +385,38 @@ impl Connection {
                 .quiet_for(deliveries, HOLD_BYTES_MAX - self.out.len());
         }
         holding
+    }
+
+    /// Starts the next hold right after held deliveries went out: their stream likely goes
+    /// on, and its next deliveries then need not wake this connection either. Without this
+    /// a stream woke it twice per hold, once for the deliveries that start the hold and once
+    /// for its timer; a hold with nothing in it when the timer fires ends the stream's run.
+    /// `wrote`: the flush that ended the hold wrote deliveries.
+    fn hold_next_window(&mut self, wrote: bool) {
+        let hold_ms = self.shared.config.delivery_hold_ms;
+        let Some(hold) = self.hold.as_deref_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if !std::mem::take(&mut hold.due)
+            || !wrote
+            || hold_ms == 0
+            || now.duration_since(hold.last_read) < HOLD_CLIENT_QUIET
+        {
+            return;
+        }
+        let room = self.waiting_room();
+        if room == 0 {
+            return;
+        }
+        let Some(hold) = self.hold.as_deref_mut() else {
+            return;
+        };
+        let until = now + Duration::from_millis(hold_ms);
+        hold.until = Some(until);
+        hold.timer.as_mut().reset(until);
+        self.outbox
+            .quiet_for(HOLD_DELIVERIES_MAX.min(room), HOLD_BYTES_MAX);
     }
 
     /// Adds this turn's message counts to the broker's totals (Prometheus' global counters).
@@ -713,6 +749,8 @@ struct Hold {
     last_deliveries: Instant,
     /// Held deliveries are due then.
     until: Option<Instant>,
+    /// The timer fired: the flush that follows ends this hold (see `hold_next_window`).
+    due: bool,
     timer: Pin<Box<Sleep>>,
 }
 

@@ -2,7 +2,9 @@
 //! the vhost's snapshot, batching it per target queue, mandatory returns, publisher confirms
 //! and transactions.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 
 use warren_core::access::{Perm, ResourceKind};
 
@@ -69,6 +71,19 @@ struct QueueBatch {
     tags: Vec<u64>,
 }
 
+impl QueueBatch {
+    /// Whether the batch's confirm waits for the queue: for the store to write a persistent
+    /// message to a durable queue, or for a queue that may refuse publishes to answer.
+    fn confirm_waits(&self) -> bool {
+        QueueBatch::confirm_waits_for(&self.queue, &self.messages, &self.tags)
+    }
+
+    fn confirm_waits_for(queue: &QueueHandle, messages: &[Arc<Message>], tags: &[u64]) -> bool {
+        (stores_durably(queue) && messages.iter().any(|m| m.persistent))
+            || tags.iter().any(|&tag| tag != NO_TAG)
+    }
+}
+
 /// Publishes and settlements collected while decoding one read, sent per queue in batches.
 #[derive(Default)]
 pub struct Pending {
@@ -84,8 +99,9 @@ pub struct Pending {
     /// This turn's publishes by exchange: `(name, published, routed copies)`, added to the
     /// vhost's exchange counts once per turn; at most `EXCHANGES_PER_TURN_MAX` entries.
     pub(super) exchanges: Vec<(Bytes, u64, u64)>,
-    /// The queues the message being completed routes to; kept empty between publishes so
-    /// its allocation serves every publish of the connection.
+    /// The queues the message being completed routes to, and in `flush_pending` the queues
+    /// that accepted their batches ahead of their turns (see `accept_publishes`); kept empty
+    /// between uses so its allocation serves every publish of the connection.
     targets: Vec<QueueHandle>,
 }
 
@@ -444,6 +460,7 @@ impl Connection {
         // queue dispatches the publish, which may run at once (inline, see `publish_serving`).
         self.pending.settles.send().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
+        self.accept_publishes(&mut publishes);
         let mut commit_reply = self.pending.commit_reply.take();
         let mut ticket = None; // made for the first batch that must wait for the store
         for (
@@ -455,9 +472,7 @@ impl Connection {
             },
         ) in publishes.drain()
         {
-            // A queue that may refuse publishes answers before they are confirmed.
-            let waits = (stores_durably(&queue) && batch.iter().any(|m| m.persistent))
-                || tags.iter().any(|&tag| tag != NO_TAG);
+            let waits = QueueBatch::confirm_waits_for(&queue, &batch, &tags);
             let confirm = waits.then(|| {
                 ticket
                     .get_or_insert_with(|| {
@@ -502,6 +517,59 @@ impl Connection {
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
+        if !self.pending.targets.is_empty() {
+            // The accepted publishes are in their queues' order, so their confirms may go out
+            // now, before the turns that deliver them: a publisher spread over many queues
+            // gets its confirms while those turns run, not after all of them.
+            self.write_now();
+            for queue in self.pending.targets.drain(..) {
+                queue.run_accepted();
+            }
+        }
+    }
+
+    /// Hands the batches whose confirms wait for nothing to their queues ahead of the queues'
+    /// turns (`QueueHandle::try_accept`), when this turn has confirms to send; the accepted
+    /// queues are left in `pending.targets`, the rest of the batches in `publishes`. A turn
+    /// that has other batches too runs the accepted ones at once: the others may wait for
+    /// their queues, and these must not wait with them.
+    fn accept_publishes(&mut self, publishes: &mut FxHashMap<usize, QueueBatch>) {
+        if self.pending.commit_reply.is_some() || self.pending.confirm_channels.is_empty() {
+            return;
+        }
+        let accepted = &mut self.pending.targets;
+        debug_assert!(accepted.is_empty(), "invariant: kept empty between uses");
+        publishes.retain(|_, batch| {
+            if batch.confirm_waits() {
+                return true;
+            }
+            let messages = std::mem::take(&mut batch.messages);
+            let tags = std::mem::take(&mut batch.tags);
+            match batch.queue.try_accept((messages, None, tags)) {
+                Ok(()) => {
+                    accepted.push(batch.queue.clone());
+                    false
+                }
+                Err((messages, _, tags)) => {
+                    batch.messages = messages;
+                    batch.tags = tags;
+                    true
+                }
+            }
+        });
+        if !publishes.is_empty() {
+            for queue in accepted.drain(..) {
+                queue.run_accepted();
+            }
+        }
+    }
+
+    /// Writes what is queued as far as the socket takes it without waiting; the rest goes
+    /// with the turn's own flush.
+    fn write_now(&mut self) {
+        let flush = std::pin::pin!(self.flush());
+        // An error is the socket's, and the turn's flush meets it again.
+        let _ = flush.poll(&mut Context::from_waker(Waker::noop()));
     }
 
     /// A confirm ticket came back: its publishes are safe (`ok`) or lost (nack).
