@@ -11,30 +11,20 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use warren_proto::amqp091::{self as wire, Method, FRAME_END};
 
+use crate::encode_buffer::Keeper;
+
 /// Bodies at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_BYTES_MIN: usize = 4096;
 /// Buffers handed to one `writev`.
 const IOVECS_MAX: usize = 64;
-/// Capacity always kept for the encode buffer between flushes. Above it, a buffer is kept only
-/// while flushes fill a good part of it (a streaming consumer's writes of hundreds of KiB are
-/// not regrown, page by fresh page, every time), and dropped after a burst; `shrink` drops
-/// any once the connection is quiet.
-const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
-/// A buffer above `ENCODE_BUFFER_KEEP_BYTES` is dropped when this many flushes in a row used
-/// less than a quarter of it (`ENCODE_BUFFER_USE_MIN_DIVISOR`). Not at the first: a consumer
-/// that outruns its client writes in waves, a large write after a stall and small ones between,
-/// and dropping at each small one regrew the buffer from nothing about 60 times a second in
-/// PerfTest's autoack workload (page faults were 3% of the broker's CPU there).
-const ENCODE_BUFFER_SMALL_FLUSHES_MAX: u8 = 64;
-const ENCODE_BUFFER_USE_MIN_DIVISOR: usize = 4;
 
 #[derive(Default)]
 pub struct Writer {
     encode: BytesMut,
     queued: VecDeque<Bytes>,
     queued_bytes: usize,
-    /// Flushes in a row that used little of a large encode buffer.
-    small_flushes: u8,
+    /// Whether `encode` is kept between flushes.
+    keeper: Keeper,
 }
 
 impl Writer {
@@ -188,22 +178,10 @@ impl Writer {
             }
         }
         debug_assert_eq!(self.queued_bytes, 0);
-        // The bytes written count toward the buffer's allocation: advancing a `BytesMut` lowers
-        // its capacity, and the next reserve takes the room back. (Zero-copy bodies are counted
-        // too, which only errs toward keeping the buffer while large bodies are written.)
+        // Zero-copy bodies count as written too, which only errs toward keeping the buffer
+        // while large bodies are written.
         let written = usize::try_from(bytes).unwrap_or(usize::MAX);
-        let allocated = self.encode.capacity().saturating_add(written);
-        if allocated > ENCODE_BUFFER_KEEP_BYTES
-            && written < allocated / ENCODE_BUFFER_USE_MIN_DIVISOR
-        {
-            self.small_flushes += 1;
-            if self.small_flushes >= ENCODE_BUFFER_SMALL_FLUSHES_MAX {
-                self.small_flushes = 0;
-                self.encode = BytesMut::new();
-            }
-        } else {
-            self.small_flushes = 0;
-        }
+        self.keeper.after_flush(&mut self.encode, written);
         Ok((bytes, writes))
     }
 }
@@ -211,6 +189,10 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encode_buffer::{
+        KEEP_BYTES as ENCODE_BUFFER_KEEP_BYTES,
+        SMALL_FLUSHES_MAX as ENCODE_BUFFER_SMALL_FLUSHES_MAX,
+    };
     use tokio::io::AsyncReadExt;
     use tokio::net::{TcpListener, TcpStream};
 

@@ -10,15 +10,17 @@ use warren_proto::amqp10::frame::{
 };
 use warren_proto::amqp10::{Performative, SaslFrame, Transfer};
 
+use crate::encode_buffer::Keeper;
+
 /// Bodies at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_BYTES_MIN: usize = 4096;
-/// Capacity kept for the encode buffer between flushes.
-const ENCODE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
 
 #[derive(Default)]
 pub struct Writer {
     encode: BytesMut,
     queued: Vec<Bytes>,
+    /// Whether `encode` is kept between flushes.
+    keeper: Keeper,
 }
 
 impl Writer {
@@ -125,12 +127,12 @@ impl Writer {
             let encoded = self.encode.split().freeze();
             self.queued.push(encoded);
         }
+        let mut written = 0;
         for part in self.queued.drain(..) {
             socket.write_all(&part).await?;
+            written += part.len();
         }
-        if self.encode.capacity() > ENCODE_BUFFER_KEEP_BYTES {
-            self.encode = BytesMut::new();
-        }
+        self.keeper.after_flush(&mut self.encode, written);
         Ok(())
     }
 }
