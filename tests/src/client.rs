@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures_lite::StreamExt;
 use lapin::message::{BasicGetMessage, Delivery};
 use lapin::options::{
-    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions,
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, Consumer, ErrorKind, Queue};
@@ -56,6 +57,30 @@ pub async fn declare_queue(channel: &Channel, name: &str) -> Queue {
         FieldTable::default(),
     );
     bounded!(declare).unwrap_or_else(|error| panic!("declare queue {name}: {error}"))
+}
+
+/// Binds a queue to an exchange with a binding key and no arguments.
+pub async fn bind_queue(channel: &Channel, queue: &str, exchange: &str, key: &str) {
+    try_bind_queue(channel, queue, exchange, key)
+        .await
+        .unwrap_or_else(|error| panic!("bind {queue} to {exchange}: {error}"));
+}
+
+/// `bind_queue` for a bind that may be refused.
+pub async fn try_bind_queue(
+    channel: &Channel,
+    queue: &str,
+    exchange: &str,
+    key: &str,
+) -> lapin::Result<()> {
+    let bind = channel.queue_bind(
+        queue.into(),
+        exchange.into(),
+        key.into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    );
+    bounded!(bind)
 }
 
 /// Publishes a body with default properties and waits for lapin to hand it to the socket

@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Confirmation, ExchangeKind};
 use warren_tests::raw::{Handshake, RawClient};
 use warren_tests::wire::{self, method, reply, Args};
 use warren_tests::{
-    bounded, confirm_channel, declare_queue, expect_amqp_error, get_all, unique,
+    bind_queue, bounded, confirm_channel, declare_queue, expect_amqp_error, get_all, unique,
     wait_for_message_count, ChannelWatch, TestBroker,
 };
 
@@ -270,14 +268,7 @@ async fn a_confirmed_message_is_in_every_queue_it_was_routed_to() {
     for i in 0..8 {
         let queue = unique(&format!("confirm-fanout-{i}"));
         declare_queue(&channel, &queue).await;
-        let bind = channel.queue_bind(
-            queue.as_str().into(),
-            exchange.as_str().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        );
-        bounded!(bind).expect("bind");
+        bind_queue(&channel, &queue, &exchange, "").await;
         queues.push(queue);
     }
     for round in 0..100 {

@@ -7,8 +7,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 use warren_tests::wire::reply;
 use warren_tests::{
-    bounded, expect_amqp_error, get_all, passive_declare, publish, queue_exists, table, unique,
-    TestBroker,
+    bind_queue, bounded, expect_amqp_error, get_all, passive_declare, publish, queue_exists, table,
+    unique, TestBroker,
 };
 
 async fn declare_exchange(channel: &Channel, name: &str, kind: ExchangeKind, durable: bool) {
@@ -27,17 +27,6 @@ async fn declare_queue(channel: &Channel, name: &str, durable: bool, arguments: 
     };
     let declare = channel.queue_declare(name.into(), options, arguments);
     bounded!(declare).unwrap_or_else(|error| panic!("declare queue {name}: {error}"));
-}
-
-async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) {
-    let bind = channel.queue_bind(
-        queue.into(),
-        exchange.into(),
-        key.into(),
-        Default::default(),
-        FieldTable::default(),
-    );
-    bounded!(bind).unwrap_or_else(|error| panic!("bind {queue}: {error}"));
 }
 
 async fn exchange_exists(channel: &Channel, name: &str) -> lapin::Result<()> {
@@ -67,7 +56,7 @@ async fn durable_definitions_survive_a_restart_and_transient_ones_do_not() {
         declare_exchange(&channel, &transient_ex, ExchangeKind::Topic, false).await;
         declare_queue(&channel, &durable_q, true, FieldTable::default()).await;
         declare_queue(&channel, &transient_q, false, FieldTable::default()).await;
-        bind(&channel, &durable_q, &durable_ex, "orders.#").await;
+        bind_queue(&channel, &durable_q, &durable_ex, "orders.#").await;
         bounded!(connection.close(200, "OK".into())).unwrap();
     }
     let broker = broker.restart().await;
@@ -138,7 +127,7 @@ async fn exchange_to_exchange_bindings_survive_a_restart() {
         declare_exchange(&channel, &source, ExchangeKind::Fanout, true).await;
         declare_exchange(&channel, &destination, ExchangeKind::Direct, true).await;
         declare_queue(&channel, &queue, true, FieldTable::default()).await;
-        bind(&channel, &queue, &destination, "k").await;
+        bind_queue(&channel, &queue, &destination, "k").await;
         let bind = channel.exchange_bind(
             destination.as_str().into(),
             source.as_str().into(),

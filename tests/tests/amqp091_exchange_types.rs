@@ -9,14 +9,14 @@ use std::collections::{HashMap, HashSet};
 
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldArray, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use warren_tests::wire::reply;
 use warren_tests::{
-    bounded, declare_queue, expect_amqp_error, get, get_all, message_count, table, text, unique,
-    ChannelWatch, TestBroker,
+    bounded, declare_queue, expect_amqp_error, get, get_all, message_count, table, text,
+    try_bind_queue, unique, ChannelWatch, TestBroker,
 };
 
 async fn declare_exchange(
@@ -45,24 +45,13 @@ async fn exchange(channel: &Channel, kind: &str, arguments: FieldTable) -> Strin
         .unwrap_or_else(|error| panic!("declare {kind} exchange: {error}"))
 }
 
-async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) -> lapin::Result<()> {
-    let bind = channel.queue_bind(
-        queue.into(),
-        exchange.into(),
-        key.into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    );
-    bounded!(bind)
-}
-
 /// Fresh queues bound to `exchange` with the given binding keys, in order.
 async fn bound_queues(channel: &Channel, exchange: &str, keys: &[&str]) -> Vec<String> {
     let mut queues = Vec::new();
     for key in keys {
         let queue = unique("xt-q");
         declare_queue(channel, &queue).await;
-        bind(channel, &queue, exchange, key)
+        try_bind_queue(channel, &queue, exchange, key)
             .await
             .unwrap_or_else(|error| panic!("bind {queue} with '{key}': {error}"));
         queues.push(queue);
@@ -252,7 +241,7 @@ async fn consistent_hash_refuses_a_non_integer_binding_key_with_406() {
     for key in ["heavy", "0", "-1"] {
         let channel = bounded!(connection.create_channel()).expect("open a channel");
         let text = expect_amqp_error(
-            bind(&channel, &queue, &ex, key).await,
+            try_bind_queue(&channel, &queue, &ex, key).await,
             reply::PRECONDITION_FAILED,
         );
         assert!(text.contains("binding key must be"), "{key}: {text}");
@@ -330,7 +319,7 @@ async fn local_random_takes_only_queues_with_empty_binding_keys() {
     let queue = unique("xt-q");
     declare_queue(&channel, &queue).await;
     let text = expect_amqp_error(
-        bind(&channel, &queue, &ex, "a-key").await,
+        try_bind_queue(&channel, &queue, &ex, "a-key").await,
         reply::PRECONDITION_FAILED,
     );
     assert!(text.contains("routing keys"), "{text}");
@@ -492,7 +481,9 @@ async fn new_exchange_types_survive_a_restart() {
             } else {
                 ""
             };
-            bind(&channel, &queue, &ex, key).await.expect("bind");
+            try_bind_queue(&channel, &queue, &ex, key)
+                .await
+                .expect("bind");
             declared.push((*kind, args.clone(), ex, queue));
         }
         bounded!(connection.close(200, "OK".into())).expect("close");

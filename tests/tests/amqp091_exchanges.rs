@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions,
-    QueueBindOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, ExchangeKind};
 use warren_tests::wire::reply;
 use warren_tests::{
-    bounded, declare_queue, expect_amqp_error, get_all, publish, table, text, unique, ChannelWatch,
-    TestBroker,
+    bind_queue, bounded, declare_queue, expect_amqp_error, get_all, publish, table, text, unique,
+    ChannelWatch, TestBroker,
 };
 
 async fn declare(
@@ -37,17 +36,6 @@ async fn passive(channel: &Channel, name: &str) -> lapin::Result<()> {
         ..Default::default()
     };
     declare(channel, name, ExchangeKind::Direct, options).await
-}
-
-async fn bind_queue(channel: &Channel, queue: &str, exchange: &str, key: &str) {
-    let bind = channel.queue_bind(
-        queue.into(),
-        exchange.into(),
-        key.into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    );
-    bounded!(bind).unwrap_or_else(|error| panic!("bind {queue} to {exchange}: {error}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
