@@ -78,6 +78,9 @@ impl QueueBatch {
         QueueBatch::confirm_waits_for(&self.queue, &self.messages, &self.tags)
     }
 
+    /// The same for a batch already taken apart (`flush_pending` destructures it in the loop
+    /// pattern: a whole `QueueBatch` held across its awaits would grow every connection's
+    /// future).
     fn confirm_waits_for(queue: &QueueHandle, messages: &[Arc<Message>], tags: &[u64]) -> bool {
         (stores_durably(queue) && messages.iter().any(|m| m.persistent))
             || tags.iter().any(|&tag| tag != NO_TAG)
