@@ -48,7 +48,7 @@ fn drain(buf: &mut BytesMut, frame_max: u32) -> bool {
                 return true;
             }
             Err(e) => {
-                assert!(matches!(e.reply_code(), 501 | 502 | 540), "{e}");
+                assert!(matches!(e.reply_code(), 501 | 502 | 505 | 540), "{e}");
                 return false;
             }
         }
