@@ -76,6 +76,9 @@ pub struct Layout {
 /// Draws `series` as lines into a PNG file at `out`, with a legend when there is more than
 /// one named series and a labelled dot at each mark. [`load_font`] must have run.
 pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
+    // Checked before the backend exists: a backend dropped on an error still writes its
+    // picture, and a blank PNG would stand next to the real charts as if it were one.
+    ranges(series, 0.0)?;
     let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     draw_on(&root, layout, series, &Axes::default())?;
@@ -281,6 +284,22 @@ mod tests {
         assert_eq!(y.start, 0.0);
         assert!((y.end - 22.0).abs() < 1e-9);
         assert!(ranges(&[], 0.1).is_err());
+    }
+
+    #[test]
+    fn nothing_to_draw_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("empty.png");
+        let layout = Layout {
+            title: "empty".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            width: 400,
+            height: 300,
+        };
+        let error = draw_png(&out, &layout, &[]).unwrap_err();
+        assert!(error.to_string().contains("nothing to draw"), "{error}");
+        assert!(!out.exists(), "a failed chart left {}", out.display());
     }
 
     /// Draws a small chart when a default font is installed (it is in CI's Debian image
