@@ -76,9 +76,16 @@ pub struct Layout {
 /// Draws `series` as lines into a PNG file at `out`, with a legend when there is more than
 /// one named series and a labelled dot at each mark. [`load_font`] must have run.
 pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
-    // Checked before the backend exists: a backend dropped on an error still writes its
-    // picture, and a blank PNG would stand next to the real charts as if it were one.
-    ranges(series, 0.0)?;
+    let drawn = render_png(out, layout, series);
+    if drawn.is_err() {
+        // The backend writes its picture when it is dropped, on an error too: a blank or
+        // half-drawn PNG would stand next to the real charts as if it were one.
+        let _ = std::fs::remove_file(out);
+    }
+    drawn
+}
+
+fn render_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
     let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     draw_on(&root, layout, series, &Axes::default())?;
@@ -286,18 +293,21 @@ mod tests {
         assert!(ranges(&[], 0.1).is_err());
     }
 
+    fn small_layout(title: &str, x_label: &str, y_label: &str) -> Layout {
+        Layout {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            width: 400,
+            height: 300,
+        }
+    }
+
     #[test]
     fn nothing_to_draw_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("empty.png");
-        let layout = Layout {
-            title: "empty".into(),
-            x_label: "x".into(),
-            y_label: "y".into(),
-            width: 400,
-            height: 300,
-        };
-        let error = draw_png(&out, &layout, &[]).unwrap_err();
+        let error = draw_png(&out, &small_layout("empty", "x", "y"), &[]).unwrap_err();
         assert!(error.to_string().contains("nothing to draw"), "{error}");
         assert!(!out.exists(), "a failed chart left {}", out.display());
     }
@@ -322,14 +332,7 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("chart.png");
-        let layout = Layout {
-            title: "test".into(),
-            x_label: "t".into(),
-            y_label: "v".into(),
-            width: 400,
-            height: 300,
-        };
-        draw_png(&out, &layout, &series).unwrap();
+        draw_png(&out, &small_layout("test", "t", "v"), &series).unwrap();
         let bytes = std::fs::read(&out).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     }
