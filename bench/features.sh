@@ -7,9 +7,15 @@
 #             queues, a consumer on each: the receive rate should be 1,000 x queues
 #   hash      a consistent-hash exchange (-t x-consistent-hash, each queue bound with
 #             weight 1, a random routing key per message: warren perf -K) over 1, 2, 4, 8
-#             and 16 queues with a consumer each, 1 and 10 publishers with confirms (-c 100)
+#             and 16 queues with a consumer each, 1 and 10 publishers with confirms (-c 100).
+#             The consumers and the publishers are two `warren perf` processes, pinned to
+#             cores 0 and 1 (the broker is not pinned): the seed's load ran apart from its
+#             broker, and here the tool's 16 consumer connections would otherwise take the
+#             publisher's core (see bench/README.md). --hash-layout shared runs them in one
+#             unpinned process instead.
 #
-#   bench/features.sh [--seconds N] [--rounds N] [--only types|fanout|hash] [--out-dir DIR]
+#   bench/features.sh [--seconds N] [--rounds N] [--only types|fanout|hash]
+#                     [--hash-layout split|shared] [--out-dir DIR]
 #
 # --rounds N (default 1) runs every scenario N times in turn on each broker; the tables and
 # charts then give each figure's median over the rounds, so that a slow minute of a shared
@@ -43,6 +49,7 @@ readonly RUN_GRACE_S=60 # a run may take this long beyond its -z before it is ki
 seconds=15
 rounds=1
 only=""
+hash_layout=split
 out_dir="$REPO_ROOT/bench/results"
 work_dir=""
 summary=""
@@ -59,7 +66,8 @@ main() {
   stamp="$(date +%Y-%m-%d-%H%M%S)"
   summary="$out_dir/features-$stamp.txt"
   csv="$out_dir/features-$stamp.csv"
-  say "features: ${seconds}s per run, $rounds round(s); $(date -Is); $(nproc) cores"
+  say "features: ${seconds}s per run, $rounds round(s), hash layout $hash_layout; $(date -Is);" \
+    "$(nproc) cores"
   perf="$(warren_binary)"
   if [[ ! -x "$perf" ]]; then
     (cd "$REPO_ROOT" && cargo build --release) || exit 1
@@ -90,11 +98,16 @@ parse_args() {
       --seconds) seconds="$2"; shift 2 ;;
       --rounds) rounds="$2"; shift 2 ;;
       --only) only="$2"; shift 2 ;;
+      --hash-layout) hash_layout="$2"; shift 2 ;;
       --out-dir) out_dir="$2"; shift 2 ;;
       -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) echo "features: unknown argument $1 (see --help)"; exit 2 ;;
     esac
   done
+  if [[ "$hash_layout" != split && "$hash_layout" != shared ]]; then
+    echo "features: --hash-layout takes split or shared, not '$hash_layout'"
+    exit 2
+  fi
   if [[ ! "$rounds" =~ ^[1-9][0-9]*$ ]]; then
     echo "features: --rounds takes a whole number of at least 1, not '$rounds'"
     exit 2
@@ -122,10 +135,16 @@ scenarios() {
   if [[ -z "$only" || "$only" == hash ]]; then
     for publishers in "${HASH_PUBLISHERS[@]}"; do
       for queues in "${HASH_QUEUES[@]}"; do
-        run "$broker" "$pid" hash "$queues" "$publishers" -h "$uri" -x "$publishers" \
-          -y "$queues" -e "features-hash-$queues-$publishers" -t x-consistent-hash -k 1 -K \
-          --queue-pattern "features-hash-$queues-$publishers-%d" --queue-pattern-from 1 \
-          --queue-pattern-to "$queues" -c 100 -a
+        local name="features-hash-$queues-$publishers"
+        local shape=(-h "$uri" -e "$name" -t x-consistent-hash -k 1 --queue-pattern "$name-%d"
+          --queue-pattern-from 1 --queue-pattern-to "$queues")
+        if [[ "$hash_layout" == split ]]; then
+          run_split "$broker" "$pid" hash "$queues" "$publishers" "${shape[@]}" -- \
+            -x "$publishers" -K -c 100
+        else
+          run "$broker" "$pid" hash "$queues" "$publishers" "${shape[@]}" -x "$publishers" \
+            -y "$queues" -K -c 100 -a
+        fi
       done
     done
   fi
@@ -157,6 +176,59 @@ cpu_us = int(ticks) / int(hz) * 1e6 / received if received else 0
 lat = s["consumer_latency_us"]
 print(f"{broker},{scenario},{queues},{publishers},{s['sending_rate_avg']},"
       f"{s['receiving_rate_avg']},{lat['median']},{lat['p99']},{cpu_us:.2f}")
+PY
+  say "   $(tail -n 1 "$csv")"
+}
+
+# run_split BROKER PID SCENARIO QUEUES PUBLISHERS SHAPE_ARGS... -- PUBLISHER_ARGS...: the
+# consumers (one per queue, autoack) in one bounded warren perf process on core 0, started
+# first and left running a second past the publishers, which run for --seconds in a second
+# process on core 1. Rates are over the publishers' seconds; latency is the consumers'.
+run_split() {
+  local broker="$1" pid="$2" scenario="$3" queues="$4" publishers="$5"
+  shift 5
+  local shape=() consumer_pin=() publisher_pin=()
+  while [[ $# -gt 0 && "$1" != -- ]]; do shape+=("$1"); shift; done
+  shift
+  if (($(nproc) >= 2)); then
+    consumer_pin=(taskset -c 0)
+    publisher_pin=(taskset -c 1)
+  fi
+  local consumers_json="$work_dir/consumers.json" publishers_json="$work_dir/publishers.json"
+  local before after consumer_pid ok=1
+  say "== $broker $scenario queues=$queues publishers=$publishers:" \
+    "warren perf ${shape[*]} -x 0 -y $queues -a (core 0) | -y 0 $* (core 1)"
+  rm -f "$consumers_json" "$publishers_json"
+  before="$(cpu_ticks "$pid")"
+  timeout --kill-after=5 $((seconds + 3 + RUN_GRACE_S)) "${consumer_pin[@]}" "$perf" perf \
+    "${shape[@]}" -x 0 -y "$queues" -a -z $((seconds + 3)) --json "$consumers_json" \
+    >"$work_dir/consumers.log" 2>&1 &
+  consumer_pid=$!
+  sleep 1 # the consumers' queues are declared and bound
+  if ! timeout --kill-after=5 $((seconds + RUN_GRACE_S)) "${publisher_pin[@]}" "$perf" perf \
+      "${shape[@]}" -y 0 "$@" -z "$seconds" --json "$publishers_json" \
+      >"$work_dir/publishers.log" 2>&1; then
+    ok=""
+  fi
+  wait "$consumer_pid" || ok=""
+  after="$(cpu_ticks "$pid")"
+  if [[ -z "$ok" ]]; then
+    say "   run failed; last lines:"
+    tail -n 5 "$work_dir/consumers.log" "$work_dir/publishers.log" | tee -a "$summary"
+    echo "$broker,$scenario,$queues,$publishers,,,,," >>"$csv"
+    return 0
+  fi
+  python3 - "$consumers_json" "$publishers_json" "$broker" "$scenario" "$queues" \
+    "$publishers" "$((after - before))" "$(getconf CLK_TCK)" "$seconds" >>"$csv" <<'PY'
+import json, sys
+consumers, publishers, broker, scenario, queues, pubs, ticks, hz, seconds = sys.argv[1:]
+c = json.load(open(consumers))["summary"]
+p = json.load(open(publishers))["summary"]
+received = c["totals"]["received"]
+cpu_us = int(ticks) / int(hz) * 1e6 / received if received else 0
+lat = c["consumer_latency_us"]
+print(f"{broker},{scenario},{queues},{pubs},{p['sending_rate_avg']},"
+      f"{round(received / int(seconds))},{lat['median']},{lat['p99']},{cpu_us:.2f}")
 PY
   say "   $(tail -n 1 "$csv")"
 }

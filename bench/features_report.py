@@ -17,6 +17,11 @@ def number(text):
     return float(text) if text else None
 
 
+def rate(value):
+    """A rate for a table: whole messages per second, or 'failed'."""
+    return f"{value:,.0f}" if value else "failed"
+
+
 def ratio(warren, rabbit):
     if warren is None or rabbit is None or rabbit == 0:
         return "n/a"
@@ -72,12 +77,38 @@ def main(path):
             r, w = pair.get("rabbitmq", {}), pair.get("warren", {})
             get = lambda row, col: number(row.get(col, ""))
             print(f"| {key[0]} | {key[1]} | {key[2]} "
-                  f"| {get(r, 'sent_rate') or 'failed'} | {get(w, 'sent_rate') or 'failed'} "
+                  f"| {rate(get(r, 'sent_rate'))} | {rate(get(w, 'sent_rate'))} "
                   f"| {ratio(get(w, 'sent_rate'), get(r, 'sent_rate'))} "
-                  f"| {get(r, 'recv_rate') or 'failed'} | {get(w, 'recv_rate') or 'failed'} "
+                  f"| {rate(get(r, 'recv_rate'))} | {rate(get(w, 'recv_rate'))} "
                   f"| {ratio(get(w, 'recv_rate'), get(r, 'recv_rate'))} "
                   f"| {r.get('p99_us', '')} / {w.get('p99_us', '')} "
                   f"| {r.get('cpu_us_per_msg', '')} / {w.get('cpu_us_per_msg', '')} |")
+    scaling(by_key)
+
+
+def scaling(by_key):
+    """Each broker's consistent-hash publish rate at N queues over its rate at 1 queue, per
+    publisher count: the seed shows RabbitMQ's single publisher slowing down as queues are
+    added."""
+    hash_keys = sorted(k for k in by_key if k[0] == "hash")
+    publisher_counts = sorted({k[2] for k in hash_keys})
+    queue_counts = sorted({k[1] for k in hash_keys})
+    if 1 not in queue_counts:
+        return
+    print("\n### Consistent-hash: publish rate at N queues / at 1 queue\n")
+    columns = [(broker, p) for p in publisher_counts for broker in ("rabbitmq", "warren")]
+    names = {"rabbitmq": "RabbitMQ", "warren": "Warren"}
+    print("| queues | " + " | ".join(f"{names[b]}, {p} publisher{'s' * (p > 1)}"
+                                     for b, p in columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for queues in queue_counts:
+        cells = []
+        for broker, publishers in columns:
+            base = by_key.get(("hash", 1, publishers), {}).get(broker, {})
+            here = by_key.get(("hash", queues, publishers), {}).get(broker, {})
+            cells.append(ratio(number(here.get("sent_rate", "")),
+                               number(base.get("sent_rate", ""))))
+        print(f"| {queues} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
