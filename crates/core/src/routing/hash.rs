@@ -6,8 +6,8 @@
 //! algorithm whose every output bit depends on every input bit (the modulus exchange uses the
 //! low ones), so placement survives restarts and upgrades and is the same on every node. It is
 //! not the `erlang:phash2` RabbitMQ uses, so a key may land on another queue than in RabbitMQ,
-//! but with the same proportions and the same stability. It reads eight bytes at a time: the
-//! byte-at-a-time FNV-1a it replaced cost about 60 ns of a 36-byte routing key's route.
+//! but with the same proportions and the same stability. It reads eight bytes at a time: for a
+//! 36-byte routing key about 2 ns, where the byte-at-a-time FNV-1a it replaced took about 16.
 //!
 //! The consistent-hash exchange gives each binding as many buckets as its weight (the binding
 //! key), in binding order, and picks a bucket with the jump consistent hash of Lamping and Veach
