@@ -160,30 +160,48 @@ run() {
   before="$(cpu_ticks "$pid")"
   if ! timeout --kill-after=5 $((seconds + RUN_GRACE_S)) "$perf" perf "$@" -z "$seconds" \
       --json "$json" >"$work_dir/run.log" 2>&1; then
-    say "   run failed; last lines:"
-    tail -n 5 "$work_dir/run.log" | tee -a "$summary"
-    echo "$broker,$scenario,$queues,$publishers,,,,," >>"$csv"
+    failed_row "$broker" "$scenario" "$queues" "$publishers" "$work_dir/run.log"
     return 0
   fi
   after="$(cpu_ticks "$pid")"
-  python3 - "$json" "$broker" "$scenario" "$queues" "$publishers" \
-    "$((after - before))" "$(getconf CLK_TCK)" >>"$csv" <<'PY'
+  csv_row "$json" "$json" "" "$broker" "$scenario" "$queues" "$publishers" \
+    "$((after - before))"
+}
+
+# failed_row BROKER SCENARIO QUEUES PUBLISHERS LOG...: reports a failed run with the last lines
+# of its logs, and gives it an empty CSV row.
+failed_row() {
+  local broker="$1" scenario="$2" queues="$3" publishers="$4"
+  shift 4
+  say "   run failed; last lines:"
+  tail -n 5 "$@" | tee -a "$summary"
+  echo "$broker,$scenario,$queues,$publishers,,,,," >>"$csv"
+}
+
+# csv_row CONSUMERS_JSON PUBLISHERS_JSON RECV_SECONDS BROKER SCENARIO QUEUES PUBLISHERS TICKS:
+# one CSV row from warren perf's --json summaries (the same file when one process did both):
+# the publishers' sending average; the consumers' receiving average, or with RECV_SECONDS
+# their messages over those seconds; their latency; the broker's CPU per received message.
+csv_row() {
+  python3 - "$@" "$(getconf CLK_TCK)" >>"$csv" <<'PY'
 import json, sys
-path, broker, scenario, queues, publishers, ticks, hz = sys.argv[1:]
-s = json.load(open(path))["summary"]
-received = s["totals"]["received"]
+consumers, publishers, seconds, broker, scenario, queues, pubs, ticks, hz = sys.argv[1:]
+c = json.load(open(consumers))["summary"]
+p = json.load(open(publishers))["summary"]
+received = c["totals"]["received"]
+recv_rate = round(received / int(seconds)) if seconds else c["receiving_rate_avg"]
 cpu_us = int(ticks) / int(hz) * 1e6 / received if received else 0
-lat = s["consumer_latency_us"]
-print(f"{broker},{scenario},{queues},{publishers},{s['sending_rate_avg']},"
-      f"{s['receiving_rate_avg']},{lat['median']},{lat['p99']},{cpu_us:.2f}")
+lat = c["consumer_latency_us"]
+print(f"{broker},{scenario},{queues},{pubs},{p['sending_rate_avg']},"
+      f"{recv_rate},{lat['median']},{lat['p99']},{cpu_us:.2f}")
 PY
   say "   $(tail -n 1 "$csv")"
 }
 
 # run_split BROKER PID SCENARIO QUEUES PUBLISHERS SHAPE_ARGS... -- PUBLISHER_ARGS...: the
-# consumers (one per queue, autoack) in one bounded warren perf process on core 0, started
-# first and left running a second past the publishers, which run for --seconds in a second
-# process on core 1. Rates are over the publishers' seconds; latency is the consumers'.
+# consumers (one per queue, autoack) in one bounded warren perf process on core 0, started a
+# second before the publishers and left running two seconds past them; the publishers run for
+# --seconds in a second process on core 1. Rates are over the publishers' seconds; latency is the consumers'.
 run_split() {
   local broker="$1" pid="$2" scenario="$3" queues="$4" publishers="$5"
   shift 5
@@ -213,24 +231,12 @@ run_split() {
   wait "$consumer_pid" || ok=""
   after="$(cpu_ticks "$pid")"
   if [[ -z "$ok" ]]; then
-    say "   run failed; last lines:"
-    tail -n 5 "$work_dir/consumers.log" "$work_dir/publishers.log" | tee -a "$summary"
-    echo "$broker,$scenario,$queues,$publishers,,,,," >>"$csv"
+    failed_row "$broker" "$scenario" "$queues" "$publishers" "$work_dir/consumers.log" \
+      "$work_dir/publishers.log"
     return 0
   fi
-  python3 - "$consumers_json" "$publishers_json" "$broker" "$scenario" "$queues" \
-    "$publishers" "$((after - before))" "$(getconf CLK_TCK)" "$seconds" >>"$csv" <<'PY'
-import json, sys
-consumers, publishers, broker, scenario, queues, pubs, ticks, hz, seconds = sys.argv[1:]
-c = json.load(open(consumers))["summary"]
-p = json.load(open(publishers))["summary"]
-received = c["totals"]["received"]
-cpu_us = int(ticks) / int(hz) * 1e6 / received if received else 0
-lat = c["consumer_latency_us"]
-print(f"{broker},{scenario},{queues},{pubs},{p['sending_rate_avg']},"
-      f"{round(received / int(seconds))},{lat['median']},{lat['p99']},{cpu_us:.2f}")
-PY
-  say "   $(tail -n 1 "$csv")"
+  csv_row "$consumers_json" "$publishers_json" "$seconds" "$broker" "$scenario" "$queues" \
+    "$publishers" "$((after - before))"
 }
 
 charts() {
