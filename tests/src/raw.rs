@@ -161,6 +161,14 @@ impl RawClient {
             .unwrap_or_else(|error| panic!("raw write failed: {error}"));
     }
 
+    /// Closes the sending side (TCP FIN): the client will send nothing more.
+    pub async fn finish(&mut self) {
+        tokio::time::timeout(STEP_TIMEOUT, self.socket.shutdown())
+            .await
+            .expect("raw shutdown timed out")
+            .unwrap_or_else(|error| panic!("raw shutdown failed: {error}"));
+    }
+
     /// Like [`RawClient::send`], but a broker that already closed the socket is not an error.
     pub async fn send_lenient(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match tokio::time::timeout(STEP_TIMEOUT, self.socket.write_all(bytes)).await {

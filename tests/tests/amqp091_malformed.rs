@@ -287,6 +287,52 @@ async fn a_frame_before_the_protocol_header_is_refused() {
         .is_some());
 }
 
+/// A client that sends part of a protocol header and then closes its side is let go at once, not
+/// after the handshake timeout: its task holds no slot for 10 s, and a broker shutting down
+/// does not wait for it (a shell's `echo > /dev/tcp/host/5672` port probe does this).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn part_of_a_header_then_close_is_let_go_at_once() {
+    let broker = TestBroker::start().await;
+    let bystander = Bystander::new(&broker).await;
+    // Not a header at all; the first half of AMQP 1.0's; the first half of AMQP 0.9.1's.
+    let starts: [&[u8]; 3] = [b"\n", b"AMQP", b"AMQP\x00"];
+    for start in starts {
+        let mut client = RawClient::connect(broker.addr()).await;
+        client.send(start).await;
+        client.finish().await;
+        assert!(
+            client
+                .wait_for_close(Duration::from_secs(3))
+                .await
+                .is_some(),
+            "the broker still holds a connection that sent {start:?} and closed"
+        );
+    }
+    bystander.still_works().await;
+}
+
+/// A broker that stops does not wait for clients still in their handshake: one that said
+/// nothing, one that sent half a header, one that sent the header and no start-ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_handshakes() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restarts the broker") {
+        return;
+    }
+    let _silent = RawClient::connect(broker.addr()).await;
+    let mut half = RawClient::connect(broker.addr()).await;
+    half.send(b"AMQP").await;
+    let mut started = RawClient::connect(broker.addr()).await;
+    started.send(wire::PROTOCOL_HEADER).await;
+    started.expect_start().await;
+    let before = std::time::Instant::now();
+    let broker = broker.restart().await;
+    // The grace period for open connections is 5 s; none of these is open.
+    let took = before.elapsed();
+    assert!(took < Duration::from_secs(3), "the restart took {took:?}");
+    Bystander::new(&broker).await.still_works().await;
+}
+
 /// A client that connects and says nothing is eventually dropped (RabbitMQ's handshake timeout
 /// is 10 s; this only checks the broker keeps serving others meanwhile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

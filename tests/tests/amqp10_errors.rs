@@ -344,3 +344,25 @@ async fn revoked_permissions_and_deleted_users_apply_at_once() {
     let closed = bounded!(connection.on_close());
     assert!(format!("{closed:?}").contains("deleted"), "{closed:?}");
 }
+
+/// A broker that stops does not wait for an AMQP 1.0 client still in SASL: it sent its SASL
+/// header and nothing more.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_sasl_handshake() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("restarts the broker") {
+        return;
+    }
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    socket.write_all(b"AMQP\x03\x01\x00\x00").await.unwrap();
+    let seen = read_until(&mut socket, b"AMQP\x03\x01\x00\x00", Duration::from_secs(5)).await;
+    assert!(
+        seen.starts_with(b"AMQP\x03\x01\x00\x00"),
+        "the broker answers with the SASL header: {seen:?}"
+    );
+    let before = std::time::Instant::now();
+    let _broker = broker.restart().await;
+    // The grace period for open connections is 5 s; this one is not open.
+    let took = before.elapsed();
+    assert!(took < Duration::from_secs(3), "the restart took {took:?}");
+}

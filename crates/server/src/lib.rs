@@ -130,7 +130,15 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
 /// Serves one accepted socket with the protocol its header names. The AMQP 1.0 connection is
 /// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
 async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<amqp091::Shared>) {
-    if amqp10::is_amqp10(&socket).await {
+    // A client that has not even sent its protocol header is dropped at shutdown.
+    let amqp10 = {
+        let mut shutdown = shared.shutdown.clone();
+        tokio::select! {
+            amqp10 = amqp10::is_amqp10(&socket) => amqp10,
+            _ = shutdown.wait_for(|&stopping| stopping) => return,
+        }
+    };
+    if amqp10 {
         Box::pin(amqp10::serve(socket, peer, shared)).await;
     } else {
         amqp091::serve(socket, peer, shared).await;

@@ -177,7 +177,19 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         may_hold: true,
         unflushed_deliveries: 0,
     };
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()).await;
+    // Boxed: it runs once, and the connection future, which every idle connection holds, is
+    // as large as its largest await.
+    let handshake = Box::pin(async {
+        let mut shutdown = conn.shared.shutdown.clone();
+        tokio::select! {
+            handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()) => handshake,
+            // Not open yet: nothing to close with connection.close.
+            _ = shutdown.wait_for(|&stopping| stopping) => {
+                Ok(Err(Fault::Gone("broker shutting down".into())))
+            }
+        }
+    })
+    .await;
     let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
     let outcome = match handshake {
         Ok(Ok(())) => {

@@ -18,6 +18,7 @@ mod writer;
 
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 pub use connection::serve;
@@ -30,7 +31,8 @@ const SNIFF_POLL: Duration = Duration::from_millis(5);
 const SNIFF_POLLS_MAX: u32 = 2000;
 
 /// Whether the client on `socket` opens with an AMQP 1.0 protocol header (SASL or plain). Only
-/// peeks: the bytes stay in the socket for whichever protocol serves it.
+/// peeks: the bytes stay in the socket for whichever protocol serves it. It waits for the
+/// whole header only while what came so far can begin one and the client may send more.
 pub async fn is_amqp10(socket: &TcpStream) -> bool {
     let sniff = async {
         let mut header = [0u8; 8];
@@ -38,7 +40,15 @@ pub async fn is_amqp10(socket: &TcpStream) -> bool {
             match socket.peek(&mut header).await {
                 Ok(n) if n >= header.len() => return is_amqp10_header(&header),
                 Ok(0) | Err(_) => return false,
-                Ok(_) => tokio::time::sleep(SNIFF_POLL).await,
+                Ok(n) if !may_begin_amqp10_header(&header[..n]) => return false,
+                Ok(_) => {
+                    // The peer closed its side after part of a header: no more is coming.
+                    let ready = socket.ready(Interest::READABLE).await;
+                    if ready.is_ok_and(|ready| ready.is_read_closed()) {
+                        return false;
+                    }
+                    tokio::time::sleep(SNIFF_POLL).await;
+                }
             }
         }
         false
@@ -52,4 +62,11 @@ pub async fn is_amqp10(socket: &TcpStream) -> bool {
 /// `AMQP 0 0 9 1`).
 fn is_amqp10_header(header: &[u8; 8]) -> bool {
     matches!(header, [b'A', b'M', b'Q', b'P', 0 | 3, 1, 0, 0])
+}
+
+/// Whether `start`, shorter than a header, agrees with an AMQP 1.0 header so far.
+fn may_begin_amqp10_header(start: &[u8]) -> bool {
+    const SASL: [u8; 8] = [b'A', b'M', b'Q', b'P', 3, 1, 0, 0];
+    const PLAIN: [u8; 8] = [b'A', b'M', b'Q', b'P', 0, 1, 0, 0];
+    SASL.starts_with(start) || PLAIN.starts_with(start)
 }
