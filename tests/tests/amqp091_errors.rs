@@ -158,6 +158,27 @@ async fn publish_to_a_missing_exchange_is_a_404_channel_close_on_the_wire() {
     client.expect_method(1, (60, 11)).await;
 }
 
+/// A reply text over a shortstr's 255 bytes is cut to 252 and marked with `...`, as RabbitMQ
+/// does, so that the client can tell it was cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_text_is_cut_with_an_ellipsis() {
+    let broker = TestBroker::start().await;
+    let mut client = session(&broker).await;
+    let exchange = format!("{}-{}", unique("missing-ex"), "x".repeat(220));
+    let mut bytes = wire::method_frame(1, method::BASIC_PUBLISH, &publish_args(&exchange, "k"));
+    bytes.extend(wire::content_header_frame(1, 1));
+    bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"x"));
+    client.send(&bytes).await;
+    let close = client.expect_channel_close(1).await;
+    assert_eq!(close.code, reply::NOT_FOUND);
+    let full = format!("NOT_FOUND - no exchange '{exchange}' in vhost '/'");
+    assert!(
+        full.len() > 255,
+        "the test needs a text longer than a shortstr"
+    );
+    assert_eq!(close.text, format!("{}...", &full[..252]));
+}
+
 /// After the broker closes a channel, it ignores everything on that channel except
 /// channel.close / close-ok until the client answers close-ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

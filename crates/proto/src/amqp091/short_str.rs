@@ -41,6 +41,21 @@ impl ShortStr {
         bytes.len() <= ShortStr::MAX_LEN && (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok())
     }
 
+    /// A reply text: `text` itself when it fits, else its first 252 bytes at most (ending at a
+    /// char boundary) and `...`, as RabbitMQ cuts a long explanation, so that a client can see
+    /// the text was cut.
+    pub fn elided(text: &str) -> ShortStr {
+        const MARK: &str = "...";
+        if text.len() <= ShortStr::MAX_LEN {
+            return ShortStr::from(text);
+        }
+        let keep = (0..=ShortStr::MAX_LEN - MARK.len())
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        ShortStr::from(format!("{}{MARK}", &text[..keep]))
+    }
+
     /// The string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -172,6 +187,28 @@ mod tests {
         assert!(short.as_str().chars().all(|c| c == 'é'));
         assert_eq!(ShortStr::from(s), short);
         assert_eq!(ShortStr::from("x".repeat(300)).len(), 255);
+    }
+
+    #[test]
+    fn long_reply_texts_end_with_an_ellipsis() {
+        assert_eq!(
+            ShortStr::elided("NOT_FOUND - no queue 'q'").as_str(),
+            "NOT_FOUND - no queue 'q'"
+        );
+        let exact = "x".repeat(255);
+        assert_eq!(ShortStr::elided(&exact).as_str(), exact);
+        let long = ShortStr::elided(&"x".repeat(300));
+        assert_eq!(long.len(), 255);
+        assert_eq!(long.as_str(), format!("{}...", "x".repeat(252)));
+        // 2-byte chars: 252 is a boundary, so 126 of them and the mark.
+        let accents = ShortStr::elided(&"é".repeat(200));
+        assert_eq!(accents.as_str(), format!("{}...", "é".repeat(126)));
+        // A 3-byte char across byte 252 is left out whole.
+        let text = format!("{}€€", "x".repeat(251));
+        assert_eq!(
+            ShortStr::elided(&format!("{text}{}", "y".repeat(10))).as_str(),
+            format!("{}...", "x".repeat(251))
+        );
     }
 
     #[test]

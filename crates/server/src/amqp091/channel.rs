@@ -443,7 +443,7 @@ impl Connection {
         );
         let close = ChannelClose {
             reply_code: code,
-            reply_text: text.as_str().into(),
+            reply_text: ShortStr::elided(&text),
             class_id,
             method_id,
         };

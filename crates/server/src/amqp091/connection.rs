@@ -29,7 +29,7 @@ use warren_core::queue::SettleOp;
 use warren_core::registry::{ConnectionDetails, ConnectionEntry, GlobalCounters, Registration};
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::Broker;
-use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method};
+use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method, ShortStr};
 
 use super::channel::Channel;
 use super::fault::{Cause, Fault};
@@ -686,7 +686,7 @@ impl Connection {
         tracing::info!(connection = self.id, peer = %self.peer, code, %text, "closing connection");
         let close = ConnectionClose {
             reply_code: code,
-            reply_text: text.as_str().into(),
+            reply_text: ShortStr::elided(&text),
             class_id,
             method_id,
         };
