@@ -49,10 +49,7 @@ impl ShortStr {
         if text.len() <= ShortStr::MAX_LEN {
             return ShortStr::from(text);
         }
-        let keep = (0..=ShortStr::MAX_LEN - MARK.len())
-            .rev()
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(0);
+        let keep = prefix_len(text, ShortStr::MAX_LEN - MARK.len());
         ShortStr::from(format!("{}{MARK}", &text[..keep]))
     }
 
@@ -89,10 +86,15 @@ impl ShortStr {
 
 /// The longest prefix of `s` that fits a shortstr and ends at a char boundary.
 fn truncated_len(s: &str) -> usize {
-    if s.len() <= ShortStr::MAX_LEN {
+    prefix_len(s, ShortStr::MAX_LEN)
+}
+
+/// The length of the longest prefix of `s` of at most `max` bytes that ends at a char boundary.
+fn prefix_len(s: &str, max: usize) -> usize {
+    if s.len() <= max {
         return s.len();
     }
-    (0..=ShortStr::MAX_LEN)
+    (0..=max)
         .rev()
         .find(|&i| s.is_char_boundary(i))
         .unwrap_or(0)
