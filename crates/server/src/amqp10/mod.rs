@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use warren_proto::amqp10::{AMQP_HEADER, SASL_HEADER};
 
 pub use connection::serve;
 
@@ -58,15 +59,15 @@ pub async fn is_amqp10(socket: &TcpStream) -> bool {
         .unwrap_or(false)
 }
 
-/// `AMQP` then protocol id 0 (AMQP) or 3 (SASL) and version 1.0.0 (AMQP 0.9.1 sends
+/// AMQP 1.0's two protocol headers, SASL's and plain AMQP's (AMQP 0.9.1 sends
 /// `AMQP 0 0 9 1`).
+const HEADERS: [[u8; 8]; 2] = [SASL_HEADER, AMQP_HEADER];
+
 fn is_amqp10_header(header: &[u8; 8]) -> bool {
-    matches!(header, [b'A', b'M', b'Q', b'P', 0 | 3, 1, 0, 0])
+    HEADERS.contains(header)
 }
 
 /// Whether `start`, shorter than a header, agrees with an AMQP 1.0 header so far.
 fn may_begin_amqp10_header(start: &[u8]) -> bool {
-    const SASL: [u8; 8] = [b'A', b'M', b'Q', b'P', 3, 1, 0, 0];
-    const PLAIN: [u8; 8] = [b'A', b'M', b'Q', b'P', 0, 1, 0, 0];
-    SASL.starts_with(start) || PLAIN.starts_with(start)
+    HEADERS.iter().any(|header| header.starts_with(start))
 }
