@@ -131,17 +131,26 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
 /// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
 async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<amqp091::Shared>) {
     // A client that has not even sent its protocol header is dropped at shutdown.
-    let amqp10 = {
-        let mut shutdown = shared.shutdown.clone();
-        tokio::select! {
-            amqp10 = amqp10::is_amqp10(&socket) => amqp10,
-            _ = shutdown.wait_for(|&stopping| stopping) => return,
-        }
+    let Some(amqp10) = unless_shutdown(shared.shutdown.clone(), amqp10::is_amqp10(&socket)).await
+    else {
+        return;
     };
     if amqp10 {
         Box::pin(amqp10::serve(socket, peer, shared)).await;
     } else {
         amqp091::serve(socket, peer, shared).await;
+    }
+}
+
+/// What `future` gives, unless the broker starts shutting down first (`None`): for a client
+/// that is not open yet, which has nothing to finish and gets no connection.close.
+pub(crate) async fn unless_shutdown<F: std::future::Future>(
+    mut shutdown: watch::Receiver<bool>,
+    future: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        output = future => Some(output),
+        _ = shutdown.wait_for(|&stopping| stopping) => None,
     }
 }
 

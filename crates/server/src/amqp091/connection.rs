@@ -179,17 +179,11 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     };
     // Boxed: it runs once, and the connection future, which every idle connection holds, is
     // as large as its largest await.
-    let handshake = Box::pin(async {
-        let mut shutdown = conn.shared.shutdown.clone();
-        tokio::select! {
-            handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()) => handshake,
-            // Not open yet: nothing to close with connection.close.
-            _ = shutdown.wait_for(|&stopping| stopping) => {
-                Ok(Err(Fault::Gone("broker shutting down".into())))
-            }
-        }
-    })
-    .await;
+    let shutdown = conn.shared.shutdown.clone();
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake());
+    let handshake = Box::pin(crate::unless_shutdown(shutdown, handshake))
+        .await
+        .unwrap_or_else(|| Ok(Err(Fault::Gone("broker shutting down".into()))));
     let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
     let outcome = match handshake {
         Ok(Ok(())) => {

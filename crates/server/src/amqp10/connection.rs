@@ -184,14 +184,11 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         last_write: Instant::now(),
         closed_by_client: false,
     };
-    let mut shutdown = conn.shared.shutdown.clone();
-    let handshake = tokio::select! {
-        handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake()) => handshake,
-        // Not open yet: nothing to close with a close performative.
-        _ = shutdown.wait_for(|&stopping| stopping) => {
-            Ok(Err(Fault::Gone("broker shutting down".into())))
-        }
-    };
+    let shutdown = conn.shared.shutdown.clone();
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake());
+    let handshake = crate::unless_shutdown(shutdown, handshake)
+        .await
+        .unwrap_or_else(|| Ok(Err(Fault::Gone("broker shutting down".into()))));
     let open = matches!(handshake, Ok(Ok(()))).then(|| conn.shared.broker.open_connection());
     let outcome = match handshake {
         Ok(Ok(())) => conn.run().await,
