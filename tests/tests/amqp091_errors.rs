@@ -25,6 +25,14 @@ fn publish_args(exchange: &str, routing_key: &str) -> Vec<u8> {
         .build()
 }
 
+/// basic.publish of a 1-byte message on channel 1, its three frames in one write.
+async fn publish_one_byte(client: &mut RawClient, exchange: &str) {
+    let mut bytes = wire::method_frame(1, method::BASIC_PUBLISH, &publish_args(exchange, "k"));
+    bytes.extend(wire::content_header_frame(1, 1));
+    bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"x"));
+    client.send(&bytes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn method_on_a_channel_that_is_not_open_is_504() {
     let broker = TestBroker::start().await;
@@ -140,10 +148,7 @@ async fn publish_to_a_missing_exchange_is_a_404_channel_close_on_the_wire() {
     let broker = TestBroker::start().await;
     let mut client = session(&broker).await;
     let exchange = unique("missing-ex");
-    let mut bytes = wire::method_frame(1, method::BASIC_PUBLISH, &publish_args(&exchange, "k"));
-    bytes.extend(wire::content_header_frame(1, 1));
-    bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"x"));
-    client.send(&bytes).await;
+    publish_one_byte(&mut client, &exchange).await;
     let close = client.expect_channel_close(1).await;
     assert_eq!(close.code, reply::NOT_FOUND);
     assert_eq!(
@@ -165,10 +170,7 @@ async fn a_long_reply_text_is_cut_with_an_ellipsis() {
     let broker = TestBroker::start().await;
     let mut client = session(&broker).await;
     let exchange = format!("{}-{}", unique("missing-ex"), "x".repeat(220));
-    let mut bytes = wire::method_frame(1, method::BASIC_PUBLISH, &publish_args(&exchange, "k"));
-    bytes.extend(wire::content_header_frame(1, 1));
-    bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"x"));
-    client.send(&bytes).await;
+    publish_one_byte(&mut client, &exchange).await;
     let close = client.expect_channel_close(1).await;
     assert_eq!(close.code, reply::NOT_FOUND);
     let full = format!("NOT_FOUND - no exchange '{exchange}' in vhost '/'");
