@@ -49,6 +49,8 @@ pub struct Broker {
     open_connections: AtomicUsize,
     /// Open connections, channels and consumers for the management API.
     registry: Arc<Registry>,
+    /// What the broker calls itself, in every protocol and API.
+    identity: crate::identity::Identity,
 }
 
 /// Counts one client connection as open for as long as it lives
@@ -115,6 +117,7 @@ impl Broker {
             alarms: Alarms::default(),
             open_connections: AtomicUsize::new(0),
             registry: Arc::default(),
+            identity: crate::identity::Identity::new(&bootstrap.identity),
         }))
     }
 
@@ -391,6 +394,11 @@ impl Broker {
     /// Client connections open now: past their handshake and not yet torn down.
     pub fn connection_count(&self) -> usize {
         self.open_connections.load(Ordering::Relaxed)
+    }
+
+    /// What the broker calls itself (product, version, node and cluster name).
+    pub fn identity(&self) -> &crate::identity::Identity {
+        &self.identity
     }
 
     /// Open connections, their channels and consumers (management API).

@@ -10,6 +10,7 @@ pub mod dead_letter;
 pub mod definitions;
 pub mod error;
 pub mod exchange;
+pub mod identity;
 pub mod limits;
 pub mod message;
 pub mod queue;

@@ -58,6 +58,8 @@ pub struct Bootstrap {
     pub default_vhost: String,
     /// Users that may only connect from a loopback address (RabbitMQ's `loopback_users`).
     pub loopback_users: Vec<String>,
+    /// What the broker calls itself (see `identity.rs`).
+    pub identity: crate::identity::IdentityConfig,
 }
 
 impl Default for Bootstrap {
@@ -67,6 +69,7 @@ impl Default for Bootstrap {
             default_pass: "guest".into(),
             default_vhost: "/".into(),
             loopback_users: vec!["guest".into()],
+            identity: crate::identity::IdentityConfig::default(),
         }
     }
 }
