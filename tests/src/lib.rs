@@ -193,6 +193,14 @@ impl TestBroker {
         }
     }
 
+    /// The in-process broker's identity (`None` for an external broker).
+    pub fn identity(&self) -> Option<&warren_core::identity::Identity> {
+        match &self.target {
+            Target::External { .. } => None,
+            Target::InProcess(broker) => Some(broker.running.broker().identity()),
+        }
+    }
+
     /// Stops the broker and starts it again on the same data dir (the port may change).
     /// Panics for an external broker: callers skip first.
     pub async fn restart(self) -> TestBroker {

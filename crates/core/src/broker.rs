@@ -19,6 +19,7 @@ use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
 use crate::binding::Destination;
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::classic::Storage;
+use crate::queue::queue_type::QueueType;
 use crate::registry::Registry;
 use crate::value::{table_from_json, table_to_json};
 use crate::vhost::VHost;
@@ -275,8 +276,17 @@ impl Broker {
                 )));
             }
         }
+        // Refused before anything changes: a queue type Warren does not have.
+        for queue in &definitions.queues {
+            let resource = crate::error::resource_name("queue", &queue.name, &queue.vhost);
+            QueueType::from_arguments(&resource, &table_from_json(&queue.arguments))?;
+        }
         for vhost in &definitions.vhosts {
             check_vhost_name(&vhost.name)?;
+            crate::queue::queue_type::check_default_queue_type(
+                &vhost.name,
+                vhost.metadata().default_queue_type.as_deref(),
+            )?;
             if self.vhost(&vhost.name).is_none() {
                 self.add_vhost(&vhost.name, vhost.metadata())?;
             }

@@ -81,6 +81,32 @@ impl Identity {
         *self.cluster_name.write() = name;
     }
 
+    /// The string properties every protocol reports (AMQP 0.9.1 `server-properties`, the
+    /// AMQP 1.0 open, stream peer properties), RabbitMQ's keys first, then Warren's own, with
+    /// the configured `server_properties` entries replacing or adding to them.
+    pub fn properties(&self) -> Vec<(String, String)> {
+        let mut properties: Vec<(String, String)> = [
+            ("product", PRODUCT),
+            ("version", self.rabbitmq_version.as_str()),
+            ("platform", "Rust"),
+            ("copyright", "Copyright (c) the Warren contributors"),
+            ("information", "Licensed under the Apache License 2.0"),
+            ("warren-product", WARREN_PRODUCT),
+            ("warren-version", WARREN_VERSION),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+        properties.insert(3, ("cluster_name".into(), self.cluster_name()));
+        for (key, value) in &self.server_properties {
+            match properties.iter_mut().find(|(name, _)| name == key) {
+                Some(entry) => entry.1 = value.clone(),
+                None => properties.push((key.clone(), value.clone())),
+            }
+        }
+        properties
+    }
+
     /// A configured `server_properties` entry.
     pub fn property(&self, key: &str) -> Option<&str> {
         self.server_properties
@@ -128,5 +154,16 @@ mod tests {
         assert_eq!(identity.cluster_name(), "rabbit@a");
         identity.set_cluster_name("prod".into());
         assert_eq!(identity.cluster_name(), "prod");
+        let properties = identity.properties();
+        let get = |key: &str| {
+            properties
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("product"), Some("Other"));
+        assert_eq!(get("cluster_name"), Some("prod"));
+        assert_eq!(get("warren-product"), Some("Warren"));
+        assert_eq!(properties.iter().filter(|(k, _)| k == "product").count(), 1);
     }
 }

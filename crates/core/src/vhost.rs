@@ -20,6 +20,7 @@ use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
 use crate::queue::classic::{self, Storage};
+use crate::queue::queue_type::QueueType;
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
@@ -171,6 +172,16 @@ impl VHost {
                 auto_delete: record.auto_delete,
                 arguments: record.arguments,
             };
+            if let Err(error) = QueueType::from_arguments(&def.resource(), &def.arguments) {
+                // Declared by a Warren that took any type for classic: its messages are kept,
+                // and it is served (and reported) as the classic queue it always was.
+                tracing::warn!(
+                    "{} was declared with a queue type Warren does not have and is a classic \
+                     queue: {}; delete and redeclare it to remove this warning",
+                    def.resource(),
+                    error.text
+                );
+            }
             let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
             let args = self.effective_args(&def).unwrap_or_else(|error| {
                 tracing::warn!(
@@ -357,7 +368,7 @@ fn check_name(kind: &str, name: &str) -> Result<(), BrokerError> {
 /// RabbitMQ's text for a redeclaration that does not match the existing entity.
 fn inequivalent(arg: &str, resource: &str, received: &str, current: &str) -> BrokerError {
     BrokerError::precondition_failed(format!(
-        "inequivalent arg '{arg}' for {resource}: received '{received}' but current is '{current}'"
+        "inequivalent arg '{arg}' for {resource}: received {received} but current is {current}"
     ))
 }
 
@@ -370,8 +381,8 @@ fn compare_flags(resource: &str, flags: &[(&str, bool, bool)]) -> Result<(), Bro
         Some((arg, received, current)) => Err(inequivalent(
             arg,
             resource,
-            &received.to_string(),
-            &current.to_string(),
+            &format!("'{received}'"),
+            &format!("'{current}'"),
         )),
         None => Ok(()),
     }
@@ -379,22 +390,38 @@ fn compare_flags(resource: &str, flags: &[(&str, bool, bool)]) -> Result<(), Bro
 
 /// Compares declared arguments key by key, naming the first that differs.
 fn compare_arguments(resource: &str, received: &Table, current: &Table) -> Result<(), BrokerError> {
-    let none = Value::Void;
     let mut keys: Vec<&String> = received.keys().chain(current.keys()).collect();
     keys.sort();
     keys.dedup();
     for key in keys {
         let (new, old) = (received.get(key), current.get(key));
         if new != old {
-            let show = |v: Option<&Value>| v.unwrap_or(&none).to_string();
-            return Err(inequivalent(key, resource, &show(new), &show(old)));
+            return Err(inequivalent(
+                key,
+                resource,
+                &show_value(new),
+                &show_value(old),
+            ));
         }
     }
     Ok(())
 }
 
+/// An argument's value as RabbitMQ's `rabbit_misc:val` words it: `the value '10' of type
+/// 'long'`, or `none` when absent.
+fn show_value(value: Option<&Value>) -> String {
+    match value {
+        None => "none".to_string(),
+        Some(value) => format!(
+            "the value '{value}' of type '{}'",
+            crate::queue::args::type_name(value)
+        ),
+    }
+}
+
 mod exchanges;
 mod policies;
 mod queues;
+pub use exchanges::{check_exchange_deletion, check_not_default_exchange};
 pub use policies::VHostConnection;
 pub use queues::generate_name;

@@ -322,6 +322,10 @@ impl Access {
                 "vhost name must not be empty",
             ));
         }
+        crate::queue::queue_type::check_default_queue_type(
+            name,
+            metadata.default_queue_type.as_deref(),
+        )?;
         self.change(|state| {
             let record = state.vhosts.entry(name.to_owned()).or_default();
             record.name = name.to_owned();
@@ -548,6 +552,12 @@ fn apply(state: &mut State, definitions: &Definitions) -> Result<(), String> {
         state.users.insert(user.name.clone(), user);
     }
     for vhost in &definitions.vhosts {
+        let metadata = vhost.metadata();
+        crate::queue::queue_type::check_default_queue_type(
+            &vhost.name,
+            metadata.default_queue_type.as_deref(),
+        )
+        .map_err(|error| error.text)?;
         let record = state.vhosts.entry(vhost.name.clone()).or_default();
         record.name = vhost.name.clone();
         record.metadata = vhost.metadata();

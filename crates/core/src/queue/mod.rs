@@ -25,6 +25,7 @@ pub mod args;
 pub mod classic;
 mod expiry;
 mod forward;
+pub mod queue_type;
 mod ready;
 pub mod stats;
 

@@ -8,6 +8,8 @@ use crate::routing::hash::{self, HashOn};
 impl VHost {
     pub fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
         check_name("exchange", &req.name)?;
+        // Before any lookup, passive too, as RabbitMQ's `check_not_default_exchange`.
+        check_not_default_exchange(&req.name)?;
         let mut meta = self.meta.lock();
         if let Some(existing) = meta.exchanges.get(req.name.as_str()) {
             if req.passive {
@@ -17,12 +19,6 @@ impl VHost {
         }
         if req.passive {
             return Err(self.no_exchange(&req.name));
-        }
-        if req.name.is_empty() {
-            return Err(BrokerError::access_refused(format!(
-                "operation not permitted on the default exchange in vhost '{}'",
-                self.name
-            )));
         }
         if req.name.starts_with("amq.") {
             return Err(BrokerError::access_refused(format!(
@@ -60,16 +56,7 @@ impl VHost {
     }
 
     pub fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<(), BrokerError> {
-        if name.is_empty() || name.starts_with("amq.") {
-            return Err(BrokerError::access_refused(format!(
-                "operation not permitted on {}",
-                if name.is_empty() {
-                    "the default exchange".to_string()
-                } else {
-                    resource_name("exchange", name, &self.name)
-                }
-            )));
-        }
+        check_exchange_deletion(name, &self.name)?;
         let mut meta = self.meta.lock();
         let Some(def) = meta.exchanges.get(name) else {
             // RabbitMQ treats deleting a missing exchange as done.
@@ -131,7 +118,8 @@ impl VHost {
         self.persist(&meta)
     }
 
-    /// Removes a binding; removing one that does not exist succeeds, as in RabbitMQ.
+    /// Removes a binding; removing one that does not exist succeeds, as in RabbitMQ, also when
+    /// its source or destination no longer exists.
     pub fn unbind(
         &self,
         source: &str,
@@ -140,18 +128,28 @@ impl VHost {
         arguments: Table,
         connection: ConnectionId,
     ) -> Result<(), BrokerError> {
+        check_not_default_exchange(source)?;
+        if let Destination::Exchange(name) = &destination {
+            check_not_default_exchange(name)?;
+        }
         let mut meta = self.meta.lock();
-        self.check_binding_ends(&meta, source, &destination, connection)?;
-        let before = meta.bindings.len();
-        meta.bindings.retain(|b| {
-            !(&*b.source == source
+        let matches = |b: &Binding| {
+            &*b.source == source
                 && b.destination == destination
                 && &*b.routing_key == routing_key
-                && b.arguments == arguments)
-        });
-        if meta.bindings.len() == before {
+                && b.arguments == arguments
+        };
+        // A binding whose source or destination is gone is gone too: unbinding it (or any
+        // binding that does not exist) succeeds, as RabbitMQ's `rabbit_db_binding:delete`.
+        if !meta.bindings.iter().any(matches) {
             return Ok(());
         }
+        if let Destination::Queue(name) = &destination {
+            if let Some(queue) = meta.queues.get(name) {
+                check_exclusive(queue, connection)?;
+            }
+        }
+        meta.bindings.retain(|b| !matches(b));
         self.auto_delete_exchanges(&mut meta, &[Arc::from(source)]);
         self.publish_snapshot(&meta);
         self.persist(&meta)
@@ -164,13 +162,9 @@ impl VHost {
         destination: &Destination,
         connection: ConnectionId,
     ) -> Result<(), BrokerError> {
-        let default_exchange = source.is_empty()
-            || matches!(destination, Destination::Exchange(name) if name.is_empty());
-        if default_exchange {
-            return Err(BrokerError::access_refused(format!(
-                "operation not permitted on the default exchange in vhost '{}'",
-                self.name
-            )));
+        check_not_default_exchange(source)?;
+        if let Destination::Exchange(name) = destination {
+            check_not_default_exchange(name)?;
         }
         match destination {
             Destination::Queue(name) => {
@@ -239,8 +233,8 @@ fn check_equivalent_exchange(
         return Err(inequivalent(
             "type",
             &resource,
-            &req.kind,
-            existing.kind.as_str(),
+            &format!("'{}'", req.kind),
+            &format!("'{}'", existing.kind.as_str()),
         ));
     }
     let flags = [
@@ -252,15 +246,44 @@ fn check_equivalent_exchange(
     compare_arguments(&resource, &req.arguments, &existing.arguments)
 }
 
+/// The default exchange (`""`) can be neither declared (passively either), deleted nor bound:
+/// RabbitMQ's `check_not_default_exchange`, which runs before any lookup or permission check.
+pub fn check_not_default_exchange(name: &str) -> Result<(), BrokerError> {
+    if name.is_empty() {
+        return Err(BrokerError::access_refused(
+            "operation not permitted on the default exchange",
+        ));
+    }
+    Ok(())
+}
+
+/// Neither the default exchange nor an `amq.*` one may be deleted (RabbitMQ's
+/// `check_not_default_exchange` and `check_exchange_deletion`, before permissions).
+pub fn check_exchange_deletion(name: &str, vhost: &str) -> Result<(), BrokerError> {
+    check_not_default_exchange(name)?;
+    if name.starts_with("amq.") {
+        return Err(BrokerError::access_refused(format!(
+            "deletion of system {} not allowed",
+            resource_name("exchange", name, vhost)
+        )));
+    }
+    Ok(())
+}
+
 /// An exclusive queue may only be used by the connection that declared it.
 pub fn check_exclusive(queue: &QueueHandle, connection: ConnectionId) -> Result<(), BrokerError> {
     match queue.def().exclusive_owner {
-        Some(owner) if owner != connection => Err(BrokerError::resource_locked(format!(
-            "cannot obtain exclusive access to locked {}. It could be originally declared on \
-             another connection or the exclusive property value does not match that of the \
-             original declaration.",
-            queue.def().resource()
-        ))),
+        Some(owner) if owner != connection => Err(exclusive_locked(queue.def())),
         _ => Ok(()),
     }
+}
+
+/// RabbitMQ's `check_exclusive_access` refusal (405 RESOURCE_LOCKED).
+pub fn exclusive_locked(queue: &QueueDef) -> BrokerError {
+    BrokerError::resource_locked(format!(
+        "cannot obtain exclusive access to locked {}. It could be originally declared on \
+         another connection or the exclusive property value does not match that of the \
+         original declaration.",
+        queue.resource()
+    ))
 }

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use super::exchanges::check_exclusive;
+use super::exchanges::{check_exclusive, exclusive_locked};
 use super::*;
+use crate::queue::queue_type::QueueType;
+use crate::value::Table;
 
 impl VHost {
     /// Declares (or passively checks) a queue; returns its handle. An empty name asks for a
@@ -16,8 +18,15 @@ impl VHost {
         check_name("queue", &req.name)?;
         let mut meta = self.meta.lock();
         if let Some(existing) = meta.queues.get(req.name.as_str()) {
-            check_exclusive(existing, connection)?;
-            if !req.passive {
+            if req.passive {
+                check_exclusive(existing, connection)?;
+            } else {
+                // RabbitMQ's strict check: the declare's owner (this connection when it says
+                // exclusive, none otherwise) must be the queue's, else 405 RESOURCE_LOCKED.
+                let owner = req.exclusive.then_some(connection);
+                if existing.def().exclusive_owner != owner {
+                    return Err(exclusive_locked(existing.def()));
+                }
                 check_equivalent_queue(existing.def(), &req)?;
             }
             return Ok(existing.clone());
@@ -41,6 +50,7 @@ impl VHost {
             auto_delete: req.auto_delete,
             arguments: req.arguments,
         };
+        QueueType::from_arguments(&def.resource(), &def.arguments)?;
         self.check_queue_limit(meta.queues.len())?;
         let args = self.effective_args(&def)?;
         let persistent = def.durable && def.exclusive_owner.is_none();
@@ -153,17 +163,32 @@ impl VHost {
 
 fn check_equivalent_queue(existing: &QueueDef, req: &QueueDeclare) -> Result<(), BrokerError> {
     let resource = existing.resource();
+    // `exclusive` is not compared here: a mismatch is 405 RESOURCE_LOCKED (see declare_queue).
     let flags = [
         ("durable", req.durable, existing.durable),
-        (
-            "exclusive",
-            req.exclusive,
-            existing.exclusive_owner.is_some(),
-        ),
         ("auto_delete", req.auto_delete, existing.auto_delete),
     ];
     compare_flags(&resource, &flags)?;
-    compare_arguments(&resource, &req.arguments, &existing.arguments)
+    compare_arguments(
+        &resource,
+        &with_queue_type(&req.arguments),
+        &with_queue_type(&existing.arguments),
+    )
+}
+
+/// `arguments` with `x-queue-type=classic` when they name no type, which means the same (as
+/// RabbitMQ 4 adds the default type to every declare, so that a redeclare asking for another
+/// type reads `received 'quorum' but current is 'classic'`).
+fn with_queue_type(arguments: &Table) -> std::borrow::Cow<'_, Table> {
+    if arguments.contains_key("x-queue-type") {
+        return std::borrow::Cow::Borrowed(arguments);
+    }
+    let mut arguments = arguments.clone();
+    arguments.insert(
+        "x-queue-type".into(),
+        Value::Str(QueueType::Classic.name().into()),
+    );
+    std::borrow::Cow::Owned(arguments)
 }
 
 /// `prefix` followed by 22 url-safe base64 characters (128 random bits), as RabbitMQ.

@@ -10,7 +10,9 @@ use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::registry::ChannelDetails;
 use warren_core::stats::ChannelStats;
-use warren_core::vhost::{ExchangeDeclare, QueueDeclare, VHost};
+use warren_core::vhost::{
+    check_exchange_deletion, check_not_default_exchange, ExchangeDeclare, QueueDeclare, VHost,
+};
 use warren_proto::amqp091::{
     reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, FieldTable, Method, QueueDeclareOk,
     QueueDeleteOk, QueuePurgeOk, ShortStr,
@@ -223,6 +225,7 @@ impl Connection {
         let fail = |error| Fault::broker(id, error, cause);
         let (nowait, reply) = match method {
             Method::ExchangeDeclare(m) => {
+                check_not_default_exchange(m.exchange.as_str()).map_err(fail)?;
                 if !m.passive {
                     let name = m.exchange.as_str();
                     self.check(Perm::Configure, ResourceKind::Exchange, name)
@@ -252,6 +255,7 @@ impl Connection {
                 (m.nowait, Method::ExchangeDeclareOk(Default::default()))
             }
             Method::ExchangeDelete(m) => {
+                check_exchange_deletion(m.exchange.as_str(), vhost.name()).map_err(fail)?;
                 self.check(Perm::Configure, ResourceKind::Exchange, m.exchange.as_str())
                     .map_err(fail)?;
                 vhost
@@ -401,6 +405,10 @@ impl Connection {
     ) -> Result<(), warren_core::BrokerError> {
         let vhost = self.vhost();
         let source = source.as_str();
+        check_not_default_exchange(source)?;
+        if let Destination::Exchange(name) = &destination {
+            check_not_default_exchange(name)?;
+        }
         let (kind, name) = match &destination {
             Destination::Queue(name) => (ResourceKind::Queue, name),
             Destination::Exchange(name) => (ResourceKind::Exchange, name),

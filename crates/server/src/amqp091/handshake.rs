@@ -8,6 +8,8 @@ use warren_proto::amqp091::{
     PROTOCOL_HEADER,
 };
 
+use warren_core::identity::Identity;
+
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
 
@@ -16,7 +18,10 @@ const MECHANISMS: &str = "PLAIN AMQPLAIN";
 impl Connection {
     pub(super) async fn handshake(&mut self) -> Result<(), Fault> {
         self.protocol_header().await?;
-        self.out.method(0, &Method::ConnectionStart(server_start()));
+        self.out.method(
+            0,
+            &Method::ConnectionStart(server_start(self.shared.broker.identity())),
+        );
         self.flush().await?;
         let start_ok = match self.read_frame().await? {
             Frame::Method {
@@ -233,7 +238,9 @@ fn parse_amqplain(response: &Bytes) -> Option<(String, String)> {
     Some((user, password))
 }
 
-fn server_start() -> ConnectionStart {
+/// connection.start: RabbitMQ's capabilities and the broker's identity (see
+/// `warren_core::identity`).
+fn server_start(identity: &Identity) -> ConnectionStart {
     let mut caps = FieldTable::default();
     for capability in [
         "publisher_confirms",
@@ -248,18 +255,13 @@ fn server_start() -> ConnectionStart {
     ] {
         caps.insert(capability, FieldValue::Bool(true));
     }
-    let text = |s: &str| FieldValue::LongStr(Bytes::copy_from_slice(s.as_bytes()));
     let mut props = FieldTable::default();
     props.insert("capabilities", FieldValue::Table(caps));
-    props.insert("product", text("Warren"));
-    props.insert("version", text(env!("CARGO_PKG_VERSION")));
-    props.insert("platform", text("Rust"));
-    props.insert("cluster_name", text("warren"));
-    props.insert("copyright", text("Warren contributors"));
-    props.insert(
-        "information",
-        text("Apache-2.0 licensed; speaks AMQP 0.9.1"),
-    );
+    for (key, value) in identity.properties() {
+        if key.len() <= usize::from(u8::MAX) {
+            props.insert(key.as_str(), FieldValue::LongStr(Bytes::from(value)));
+        }
+    }
     ConnectionStart {
         version_major: 0,
         version_minor: 9,

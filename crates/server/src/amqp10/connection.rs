@@ -20,6 +20,7 @@ use tokio::time::MissedTickBehavior;
 use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
+use warren_core::identity::Identity;
 use warren_core::queue::QueueHandle;
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::{BrokerError, ErrorKind};
@@ -346,7 +347,7 @@ impl Connection {
             idle_time_out: (!self.idle_timeout.is_zero())
                 .then(|| u32::try_from(self.idle_timeout.as_millis()).unwrap_or(u32::MAX)),
             offered_capabilities: vec!["ANONYMOUS-RELAY".into()],
-            properties: Some(server_properties()),
+            properties: Some(server_properties(self.shared.broker.identity())),
             ..Open::default()
         };
         self.out.frame(0, &Performative::Open(Box::new(reply)));
@@ -732,28 +733,13 @@ fn parse_plain(response: &[u8]) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-/// The AMQP 1.0 open's properties. RabbitMQ's AMQP 1.0 client libraries (Java, .NET, Python,
-/// Go) refuse a server whose `product` is not `RabbitMQ` or whose `version` is below 4.0.0, so
-/// Warren names the dialect it speaks there: RabbitMQ 4's AMQP 1.0 (v2 addresses, the
-/// `/management` node). What it really is goes in `warren-product` and `warren-version`.
-fn server_properties() -> Vec<(Value, Value)> {
-    vec![
-        (Value::symbol_static("product"), Value::string("RabbitMQ")),
-        (
-            Value::symbol_static("version"),
-            Value::string(AMQP10_DIALECT_VERSION),
-        ),
-        (Value::symbol_static("platform"), Value::string("Rust")),
-        (
-            Value::symbol_static("warren-product"),
-            Value::string("Warren"),
-        ),
-        (
-            Value::symbol_static("warren-version"),
-            Value::string(env!("CARGO_PKG_VERSION")),
-        ),
-    ]
+/// The AMQP 1.0 open's properties: the broker's identity (see `warren_core::identity`).
+/// RabbitMQ's AMQP 1.0 client libraries (Java, .NET, Python, Go) refuse a server whose
+/// `product` is not `RabbitMQ` or whose `version` is below 4.0.0.
+fn server_properties(identity: &Identity) -> Vec<(Value, Value)> {
+    identity
+        .properties()
+        .into_iter()
+        .map(|(key, value)| (Value::symbol(&key), Value::string(&value)))
+        .collect()
 }
-
-/// The RabbitMQ version whose AMQP 1.0 behaviour Warren implements (see `server_properties`).
-const AMQP10_DIALECT_VERSION: &str = "4.0.0";

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::binding::Destination;
+use warren_core::queue::queue_type::QueueType;
 use warren_core::value::{Table, Value as CoreValue};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare};
 use warren_core::{BrokerError, ErrorKind};
@@ -142,6 +143,7 @@ impl Connection {
         let queue = self.vhost().queue(name, self.id)?;
         let info = queue.info().await?;
         let def = queue.def();
+        let node = self.shared.broker.identity().node_name.as_str();
         Ok((
             200,
             map(vec![
@@ -150,14 +152,12 @@ impl Connection {
                 ("durable", Value::Bool(def.durable)),
                 ("auto_delete", Value::Bool(def.auto_delete)),
                 ("exclusive", Value::Bool(def.exclusive_owner.is_some())),
-                ("type", Value::string("classic")),
+                // Every queue Warren has is classic: other types are refused at declare.
+                ("type", Value::string(QueueType::Classic.name())),
                 ("arguments", amqp10_table(&def.arguments)),
                 // A classic queue lives on this node; RabbitMQ's clients read both keys.
-                ("leader", Value::string(&warren_mgmt::node_name())),
-                (
-                    "replicas",
-                    Value::List(vec![Value::string(&warren_mgmt::node_name())]),
-                ),
+                ("leader", Value::string(node)),
+                ("replicas", Value::List(vec![Value::string(node)])),
                 ("message_count", Value::Ulong(u64::from(info.messages))),
                 ("consumer_count", Value::Uint(info.consumers)),
             ]),
