@@ -112,6 +112,35 @@ async fn a_malformed_frame_closes_only_its_connection_with_decode_error() {
     bounded!(good_connection.close()).unwrap();
 }
 
+/// The open's properties carry the broker's one identity: RabbitMQ's product and version (the
+/// RabbitMQ AMQP 1.0 clients refuse anything else), its cluster name, and Warren's own name.
+#[tokio::test]
+async fn the_open_names_rabbitmq_and_warren() {
+    let broker = TestBroker::start().await;
+    let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
+    socket.write_all(&handshake_bytes()).await.unwrap();
+    let identity = broker.identity().expect("an in-process broker");
+    let version = identity.version().to_string();
+    let seen = read_until(&mut socket, version.as_bytes(), Duration::from_secs(5)).await;
+    let contains = |needle: &[u8]| seen.windows(needle.len()).any(|w| w == needle);
+    // A symbol key then a string value: sym8 (0xa3) and str8 (0xa1) with their lengths.
+    let pair = |key: &str, value: &str| {
+        let mut bytes = vec![0xa3, key.len() as u8];
+        bytes.extend_from_slice(key.as_bytes());
+        bytes.extend_from_slice(&[0xa1, value.len() as u8]);
+        bytes.extend_from_slice(value.as_bytes());
+        bytes
+    };
+    assert!(contains(&pair("product", "RabbitMQ")), "{seen:?}");
+    assert!(version.starts_with("4."), "{version}");
+    assert!(contains(&pair("version", &version)), "{seen:?}");
+    assert!(contains(&pair("warren-product", "Warren")), "{seen:?}");
+    assert!(
+        contains(&pair("cluster_name", &identity.cluster_name())),
+        "{seen:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_client_without_sasl_is_told_to_use_it() {
     let broker = TestBroker::start().await;

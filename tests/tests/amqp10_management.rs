@@ -155,3 +155,50 @@ async fn an_inequivalent_redeclare_is_a_conflict() {
         .await;
     assert_eq!(status, "409", "{text:?}");
 }
+
+#[tokio::test]
+async fn queue_types_warren_lacks_are_refused_and_classic_is_reported() {
+    let broker = TestBroker::start().await;
+    let (_connection, mut session) = broker.amqp10().await;
+    let mut management = Management::attach(&mut session).await;
+    for kind in ["quorum", "stream"] {
+        let queue = unique("mq-typed");
+        let arguments = map(vec![("x-queue-type", Value::String(kind.into()))]);
+        let body = map(vec![
+            ("durable", Value::Bool(true)),
+            ("arguments", arguments),
+        ]);
+        let (status, text) = management
+            .request("PUT", &format!("/queues/{queue}"), body)
+            .await;
+        assert_eq!(status, "409", "{text:?}");
+        let text = format!("{text:?}");
+        assert!(
+            text.contains(&format!(
+                "queue type '{kind}' is not supported by Warren yet"
+            )),
+            "{text}"
+        );
+        let (status, _) = management
+            .request("GET", &format!("/queues/{queue}"), Value::Null)
+            .await;
+        assert_eq!(status, "404", "nothing was created for {kind}");
+    }
+    let queue = unique("mq-classic");
+    let arguments = map(vec![("x-queue-type", Value::String("classic".into()))]);
+    let body = map(vec![
+        ("durable", Value::Bool(true)),
+        ("arguments", arguments),
+    ]);
+    let (status, info) = management
+        .request("PUT", &format!("/queues/{queue}"), body)
+        .await;
+    assert_eq!(status, "200", "{info:?}");
+    let Value::Map(info) = info else {
+        panic!("queue info is a map: {info:?}")
+    };
+    let get = |key: &str| info.get(&Value::String(key.into())).cloned();
+    assert_eq!(get("type"), Some(Value::String("classic".into())));
+    let node = broker.identity().expect("in-process").node_name.clone();
+    assert_eq!(get("leader"), Some(Value::String(node)));
+}
