@@ -214,7 +214,10 @@ async fn vhost_limits_cap_connections_and_queues() {
     let url = broker.url_as("guest", "guest", "small");
     let first = try_connect(&url).await.unwrap();
     let text = expect_amqp_error(try_connect(&url).await, 530);
-    assert!(text.contains("connection limit (1) is reached"), "{text}");
+    assert!(
+        text.contains("refused for user 'guest': vhost connection limit (1) is reached"),
+        "{text}"
+    );
     let channel = bounded!(first.create_channel()).unwrap();
     declare_queue(&channel, "q1").await;
     declare_queue(&channel, "q2").await;
@@ -227,7 +230,7 @@ async fn vhost_limits_cap_connections_and_queues() {
         406,
     );
     assert!(
-        text.contains("queue limit in vhost (2) is reached"),
+        text.contains("cannot declare queue 'q3': queue limit in vhost 'small' (2) is reached"),
         "{text}"
     );
     // Closing the connection frees its place.

@@ -440,7 +440,7 @@ async fn unknown_exchange_type_names_it() {
     let (_connection, channel) = broker.channel().await;
     let text = expect_amqp_error(
         declare_exchange(&channel, "x-no-such-type", FieldTable::default(), false).await,
-        reply::COMMAND_INVALID,
+        reply::PRECONDITION_FAILED,
     );
     assert!(
         text.contains("unknown exchange type 'x-no-such-type'"),

@@ -118,26 +118,27 @@ async fn redeclare_with_another_durability_is_406() {
     let _ = bounded!(channel.exchange_delete(name.as_str().into(), Default::default()));
 }
 
-/// An unknown exchange type is a connection error in RabbitMQ 3.10.8:
-/// 503 "COMMAND_INVALID - unknown exchange type 'x-no-such-type'".
+/// An unknown exchange type is a channel error in RabbitMQ 4 (`rabbit_exchange:check_type`):
+/// 406 "PRECONDITION_FAILED - unknown exchange type 'x-no-such-type'"; the connection stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_exchange_type_is_503_command_invalid() {
+async fn unknown_exchange_type_is_406_precondition_failed() {
     let broker = TestBroker::start().await;
     let (connection, channel) = broker.channel().await;
     let name = unique("ex-kind");
     let kind = ExchangeKind::Custom("x-no-such-type".into());
     let text = expect_amqp_error(
         declare(&channel, &name, kind, Default::default()).await,
-        reply::COMMAND_INVALID,
+        reply::PRECONDITION_FAILED,
     );
-    assert!(text.contains("x-no-such-type"), "{text}");
-    let closed = || async { !connection.status().connected() };
-    warren_tests::eventually(
-        "connection closed after 503",
-        Duration::from_secs(5),
-        closed,
-    )
-    .await;
+    assert_eq!(
+        text,
+        "PRECONDITION_FAILED - unknown exchange type 'x-no-such-type'"
+    );
+    assert!(connection.status().connected(), "only the channel closes");
+    let channel = bounded!(connection.create_channel()).expect("a new channel");
+    declare(&channel, &name, ExchangeKind::Direct, Default::default())
+        .await
+        .expect("the connection still serves");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

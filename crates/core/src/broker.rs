@@ -171,7 +171,7 @@ impl Broker {
             ));
         };
         let grant = self.access.grant(user, vhost).ok_or_else(refused)?;
-        let connection = found.open_connection()?;
+        let connection = found.open_connection(user)?;
         Ok((connection, grant))
     }
 

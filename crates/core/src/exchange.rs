@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{resource_name, BrokerError, ErrorKind};
+use crate::error::{resource_name, BrokerError};
 use crate::value::Table;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,11 +60,10 @@ impl FromStr for ExchangeType {
             "x-consistent-hash" => Ok(ExchangeType::ConsistentHash),
             "x-modulus-hash" => Ok(ExchangeType::ModulusHash),
             "x-local-random" => Ok(ExchangeType::LocalRandom),
-            // RabbitMQ closes the connection with 503 for an unknown exchange type.
-            other => Err(BrokerError::new(
-                ErrorKind::CommandInvalid,
-                format!("unknown exchange type '{other}'"),
-            )),
+            // RabbitMQ 4's `rabbit_exchange:check_type` (3.10 closed the connection with 503).
+            other => Err(BrokerError::precondition_failed(format!(
+                "unknown exchange type '{other}'"
+            ))),
         }
     }
 }

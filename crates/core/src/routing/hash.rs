@@ -95,25 +95,28 @@ impl<T> HashRing<T> {
     }
 }
 
-/// The weight a consistent-hash binding key gives: a positive integer, as the plugin demands.
+/// The largest weight a binding key may give (RabbitMQ 4's `MAX_BINDING_WEIGHT`).
+pub const BINDING_WEIGHT_MAX: u32 = 10_000;
+
+/// The weight a consistent-hash binding key gives: an integer from 1 to
+/// [`BINDING_WEIGHT_MAX`], as the plugin demands, refused with its texts.
 pub fn binding_weight(binding_key: &str) -> Result<u32, BrokerError> {
-    let Ok(weight) = binding_key.trim().parse::<i64>() else {
+    let Ok(weight) = binding_key.parse::<i64>() else {
         return Err(BrokerError::precondition_failed(format!(
-            "The binding key must be an integer: '{binding_key}' (the binding key of an \
-             x-consistent-hash exchange is the weight of its destination)"
+            "The binding key must be an integer: <<\"{binding_key}\">>"
         )));
     };
     if weight < 1 {
-        return Err(BrokerError::precondition_failed(format!(
-            "The binding key must be greater than 0, got {weight}"
-        )));
+        return Err(BrokerError::precondition_failed(
+            "The binding key must be greater than 0",
+        ));
     }
-    u32::try_from(weight).map_err(|_| {
-        BrokerError::precondition_failed(format!(
-            "The binding key must be at most {}, got {weight}",
-            u32::MAX
-        ))
-    })
+    match u32::try_from(weight) {
+        Ok(weight) if weight <= BINDING_WEIGHT_MAX => Ok(weight),
+        _ => Err(BrokerError::precondition_failed(format!(
+            "The binding key must not exceed {BINDING_WEIGHT_MAX}"
+        ))),
+    }
 }
 
 /// What a consistent-hash exchange hashes, from its `hash-header` / `hash-property` arguments.
@@ -153,8 +156,10 @@ impl HashOn {
                 Some("correlation_id") => Ok(HashOn::Property(HashProperty::CorrelationId)),
                 Some("timestamp") => Ok(HashOn::Property(HashProperty::Timestamp)),
                 _ => Err(BrokerError::precondition_failed(format!(
-                    "Unsupported property: {value}; hash-property may be message_id, \
-                     correlation_id or timestamp"
+                    "Unsupported property: {}",
+                    value
+                        .as_str()
+                        .map_or_else(|| value.to_string(), str::to_string)
                 ))),
             },
         }
@@ -302,8 +307,8 @@ mod tests {
     #[test]
     fn binding_weights() {
         assert_eq!(binding_weight("3").unwrap(), 3);
-        assert_eq!(binding_weight(" 10 ").unwrap(), 10);
-        for bad in ["", "a", "1.5", "0", "-2", "99999999999"] {
+        assert_eq!(binding_weight("10000").unwrap(), 10_000);
+        for bad in ["", "a", "1.5", "0", "-2", " 10 ", "10001", "99999999999"] {
             let error = binding_weight(bad).unwrap_err();
             assert_eq!(
                 error.kind,
@@ -311,7 +316,18 @@ mod tests {
                 "{bad}"
             );
         }
-        assert!(binding_weight("x").unwrap_err().text.contains("integer"));
+        assert_eq!(
+            binding_weight("x").unwrap_err().text,
+            "The binding key must be an integer: <<\"x\">>"
+        );
+        assert_eq!(
+            binding_weight("0").unwrap_err().text,
+            "The binding key must be greater than 0"
+        );
+        assert_eq!(
+            binding_weight("10001").unwrap_err().text,
+            "The binding key must not exceed 10000"
+        );
     }
 
     #[test]

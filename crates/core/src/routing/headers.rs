@@ -20,10 +20,19 @@ impl MatchMode {
             Some(Some("any")) => Ok(MatchMode::Any),
             Some(Some("all-with-x")) => Ok(MatchMode::AllWithX),
             Some(Some("any-with-x")) => Ok(MatchMode::AnyWithX),
-            Some(other) => Err(BrokerError::precondition_failed(format!(
-                "Invalid x-match field value {:?}; expected all, any, all-with-x, or any-with-x",
-                other.unwrap_or("(not a string)")
+            Some(Some(other)) => Err(BrokerError::precondition_failed(format!(
+                "Invalid x-match field value <<\"{other}\">>; expected all, any, all-with-x, \
+                 or any-with-x"
             ))),
+            Some(None) => {
+                let value = arguments
+                    .get("x-match")
+                    .expect("invariant: matched Some above");
+                Err(BrokerError::precondition_failed(format!(
+                    "Invalid x-match field type {} (value {value}); expected longstr",
+                    crate::queue::args::type_name(value)
+                )))
+            }
         }
     }
 }

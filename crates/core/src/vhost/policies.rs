@@ -76,11 +76,11 @@ impl VHost {
             .store(max_queues.unwrap_or(-1), Ordering::Relaxed);
     }
 
-    pub(super) fn check_queue_limit(&self, queues: usize) -> Result<(), BrokerError> {
+    pub(super) fn check_queue_limit(&self, name: &str, queues: usize) -> Result<(), BrokerError> {
         let max = self.max_queues.load(Ordering::Relaxed);
         if max >= 0 && queues as i64 >= max {
             return Err(BrokerError::precondition_failed(format!(
-                "cannot declare queue in vhost '{}': queue limit in vhost ({max}) is reached",
+                "cannot declare queue '{name}': queue limit in vhost '{}' ({max}) is reached",
                 self.name
             )));
         }
@@ -88,7 +88,7 @@ impl VHost {
     }
 
     /// Counts a new connection, unless the vhost's `max-connections` is reached.
-    pub fn open_connection(self: &Arc<Self>) -> Result<VHostConnection, BrokerError> {
+    pub fn open_connection(self: &Arc<Self>, user: &str) -> Result<VHostConnection, BrokerError> {
         let max = self.max_connections.load(Ordering::Relaxed);
         let count = self.connections.fetch_add(1, Ordering::Relaxed);
         let guard = VHostConnection(self.clone());
@@ -96,7 +96,8 @@ impl VHost {
             return Err(BrokerError::new(
                 crate::error::ErrorKind::NotAllowed,
                 format!(
-                    "access to vhost '{}' refused: connection limit ({max}) is reached",
+                    "access to vhost '{}' refused for user '{user}': vhost connection limit \
+                     ({max}) is reached",
                     self.name
                 ),
             ));

@@ -51,7 +51,7 @@ impl VHost {
             arguments: req.arguments,
         };
         QueueType::from_arguments(&def.resource(), &def.arguments)?;
-        self.check_queue_limit(meta.queues.len())?;
+        self.check_queue_limit(&def.name, meta.queues.len())?;
         let args = self.effective_args(&def)?;
         let persistent = def.durable && def.exclusive_owner.is_none();
         let handle = self.spawn_queue(def, args, None);
