@@ -288,7 +288,11 @@ async fn tune_ok_with_frame_max_below_minimum_is_refused() {
         .await;
     if let Some(close) = client.expect_close_or_eof(Duration::from_secs(6)).await {
         assert_ne!(close.code, 200, "{close:?}");
-        assert!(close.text.contains("frame_max"), "{close:?}");
+        assert_eq!(
+            close.text,
+            "NOT_ALLOWED - negotiated frame_max = 1024 is lower than the minimum allowed value \
+             (4096)"
+        );
     }
 }
 
@@ -398,9 +402,22 @@ async fn tune_ok_above_the_proposed_frame_max_is_refused() {
         .send_lenient(&wire::method_frame(0, method::CONNECTION_OPEN, &open))
         .await;
     let outcome = client.expect_close_or_eof(Duration::from_secs(6)).await;
-    if let Some(close) = outcome {
+    if let Some(close) = &outcome {
         assert!(close.text.contains("frame_max"), "{close:?}");
     }
+    if broker.is_external() {
+        return;
+    }
+    let close = outcome.expect("Warren sends connection.close");
+    assert_eq!(
+        close.text,
+        format!(
+            "NOT_ALLOWED - negotiated frame_max = {} is higher than the maximum allowed value \
+             ({})",
+            proposed.frame_max * 8,
+            proposed.frame_max
+        )
+    );
 }
 
 /// Warren only: the configured limits are what connection.tune proposes.

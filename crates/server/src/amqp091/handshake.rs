@@ -135,37 +135,18 @@ impl Connection {
             method_id: 31,
         };
         let server = self.tuning;
-        let frame_max = if tune_ok.frame_max == 0 {
-            server.frame_max
-        } else {
-            tune_ok.frame_max
-        };
-        if server.frame_max != 0 && frame_max > server.frame_max {
-            return Err(Fault::connection(
-                reply_code::NOT_ALLOWED,
-                format!("frame_max={frame_max} > {} max size", server.frame_max),
-                cause,
-            ));
-        }
-        if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
-            return Err(Fault::connection(
-                reply_code::NOT_ALLOWED,
-                format!("frame_max={frame_max} < {FRAME_MIN_SIZE} min size"),
-                cause,
-            ));
-        }
-        let channel_max = if tune_ok.channel_max == 0 {
-            server.channel_max
-        } else {
-            tune_ok.channel_max
-        };
-        if channel_max > server.channel_max {
-            return Err(Fault::connection(
-                reply_code::NOT_ALLOWED,
-                format!("channel_max={channel_max} > {} max", server.channel_max),
-                cause,
-            ));
-        }
+        // RabbitMQ's `validate_negotiated_integer_value`: 0 asks for no limit, which a server
+        // with a limit refuses.
+        negotiated("frame_max", FRAME_MIN_SIZE, server.frame_max, tune_ok.frame_max)
+            .map_err(|text| Fault::connection(reply_code::NOT_ALLOWED, text, cause))?;
+        negotiated(
+            "channel_max",
+            0,
+            u32::from(server.channel_max),
+            u32::from(tune_ok.channel_max),
+        )
+        .map_err(|text| Fault::connection(reply_code::NOT_ALLOWED, text, cause))?;
+        let (frame_max, channel_max) = (tune_ok.frame_max, tune_ok.channel_max);
         self.tuning.frame_max = frame_max;
         self.tuning.channel_max = channel_max;
         self.tuning.heartbeat = tune_ok.heartbeat;
@@ -219,6 +200,29 @@ fn unexpected(expected: &str, got: &Frame) -> Fault {
         format!("expected '{expected}', got {got}"),
         Cause::default(),
     )
+}
+
+/// Checks a value the client's tune-ok settled on against the server's limit, in RabbitMQ's
+/// words: `negotiated frame_max = 200000 is higher than the maximum allowed value (131072)`.
+fn negotiated(field: &str, min: u32, server: u32, client: u32) -> Result<(), String> {
+    let detail = if field == "channel_max" && client == 0 {
+        " (no limit)"
+    } else {
+        ""
+    };
+    if client != 0 && client < min {
+        return Err(format!(
+            "negotiated {field} = {client}{detail} is lower than the minimum allowed value \
+             ({min})"
+        ));
+    }
+    if server != 0 && (client == 0 || client > server) {
+        return Err(format!(
+            "negotiated {field} = {client}{detail} is higher than the maximum allowed value \
+             ({server})"
+        ));
+    }
+    Ok(())
 }
 
 /// PLAIN: `authzid NUL authcid NUL password`.
