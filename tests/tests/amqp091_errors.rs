@@ -70,6 +70,31 @@ async fn content_frames_without_a_publish_are_505() {
     assert_eq!(close.code, reply::UNEXPECTED_FRAME, "{close:?}");
 }
 
+/// RabbitMQ's `rabbit_command_assembler` texts for content frames out of place or too long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_frame_errors_use_rabbitmqs_texts() {
+    let broker = TestBroker::start().await;
+    let mut client = session(&broker).await;
+    client.send(&wire::frame(wire::FRAME_BODY, 1, b"abc")).await;
+    let close = client.expect_connection_close().await;
+    assert_eq!(
+        close.text,
+        "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
+    );
+
+    let mut client = session(&broker).await;
+    let mut bytes = wire::method_frame(1, method::BASIC_PUBLISH, &publish_args("", "q"));
+    bytes.extend(wire::content_header_frame(1, 3));
+    bytes.extend(wire::frame(wire::FRAME_BODY, 1, b"abcde"));
+    client.send(&bytes).await;
+    let close = client.expect_connection_close().await;
+    assert_eq!(close.code, reply::FRAME_ERROR, "{close:?}");
+    assert_eq!(
+        close.text,
+        "FRAME_ERROR - content body frame exceeds remaining content size"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_method_where_a_content_header_is_due_is_505() {
     let broker = TestBroker::start().await;

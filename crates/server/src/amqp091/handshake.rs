@@ -137,8 +137,13 @@ impl Connection {
         let server = self.tuning;
         // RabbitMQ's `validate_negotiated_integer_value`: 0 asks for no limit, which a server
         // with a limit refuses.
-        negotiated("frame_max", FRAME_MIN_SIZE, server.frame_max, tune_ok.frame_max)
-            .map_err(|text| Fault::connection(reply_code::NOT_ALLOWED, text, cause))?;
+        negotiated(
+            "frame_max",
+            FRAME_MIN_SIZE,
+            server.frame_max,
+            tune_ok.frame_max,
+        )
+        .map_err(|text| Fault::connection(reply_code::NOT_ALLOWED, text, cause))?;
         negotiated(
             "channel_max",
             0,

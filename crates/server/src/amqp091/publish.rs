@@ -179,19 +179,20 @@ impl Connection {
     pub(super) fn on_header(&mut self, id: u16, header: ContentHeader) -> Result<(), Fault> {
         let max_size = self.shared.config.max_message_size;
         let Some(channel) = self.channels.get_mut(&id) else {
-            return Err(unexpected_content(id));
+            return Err(unexpected_content());
         };
         if channel.closing {
             return Ok(());
         }
         let Some(assembly) = channel.assembly.as_mut().filter(|a| a.header.is_none()) else {
-            return Err(unexpected_content(id));
+            return Err(unexpected_content());
         };
         if header.class_id != BASIC_CLASS_ID {
             return Err(Fault::connection(
-                reply_code::FRAME_ERROR,
+                reply_code::UNEXPECTED_FRAME,
                 format!(
-                    "content header for class {} on basic.publish",
+                    "expected content header for class {BASIC_CLASS_ID}, got one for class {} \
+                     instead",
                     header.class_id
                 ),
                 PUBLISH_CAUSE,
@@ -219,25 +220,29 @@ impl Connection {
 
     pub(super) fn on_body(&mut self, id: u16, payload: Bytes) -> Result<(), Fault> {
         let Some(channel) = self.channels.get_mut(&id) else {
-            return Err(unexpected_content(id));
+            return Err(unexpected_content());
         };
         if channel.closing {
             return Ok(());
         }
         let Some(assembly) = channel.assembly.as_mut() else {
-            return Err(unexpected_content(id));
+            return Err(unexpected_content());
         };
         let Some(header) = &assembly.header else {
-            return Err(unexpected_content(id));
+            return Err(Fault::connection(
+                reply_code::UNEXPECTED_FRAME,
+                format!(
+                    "expected content header for class {BASIC_CLASS_ID}, got non content \
+                     header frame instead"
+                ),
+                PUBLISH_CAUSE,
+            ));
         };
         assembly.received += payload.len() as u64;
         if assembly.received > header.body_size {
             return Err(Fault::connection(
                 reply_code::FRAME_ERROR,
-                format!(
-                    "body frames carry {} bytes, more than the declared body size {}",
-                    assembly.received, header.body_size
-                ),
+                "content body frame exceeds remaining content size",
                 PUBLISH_CAUSE,
             ));
         }
@@ -843,10 +848,11 @@ fn join(first: Bytes, more: Vec<Bytes>) -> Bytes {
     body.freeze()
 }
 
-fn unexpected_content(id: u16) -> Fault {
+/// A content frame where a method frame is due (RabbitMQ's `rabbit_command_assembler`).
+fn unexpected_content() -> Fault {
     Fault::connection(
         reply_code::UNEXPECTED_FRAME,
-        format!("content frame on channel {id} without a basic.publish in progress"),
+        "expected method frame, got non method frame instead",
         PUBLISH_CAUSE,
     )
 }
