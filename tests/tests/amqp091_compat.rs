@@ -268,3 +268,25 @@ async fn server_properties_name_rabbitmq_and_warren() {
         identity.node_name
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_priority_that_is_not_an_integer_is_406_in_rabbitmqs_words() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = broker.channel().await;
+    let queue = unique("q-prio");
+    declare_queue(&channel, &queue).await;
+    let consume = channel.basic_consume(
+        queue.as_str().into(),
+        "".into(),
+        Default::default(),
+        table(&[("x-priority", text("high"))]),
+    );
+    let text = expect_amqp_error(bounded!(consume), 406);
+    assert_eq!(
+        text,
+        format!(
+            "PRECONDITION_FAILED - invalid arg 'x-priority' for queue '{queue}' in vhost '/': \
+             \"expected integer, got longstr\""
+        )
+    );
+}

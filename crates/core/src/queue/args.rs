@@ -210,7 +210,7 @@ impl Check<'_> {
 }
 
 /// The AMQP 0.9.1 type name RabbitMQ prints for a value (`longstr`, `bool`, ...).
-pub(crate) fn type_name(value: &Value) -> &'static str {
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Bool(_) => "bool",
         Value::Int(_) => "long",

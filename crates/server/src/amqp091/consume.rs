@@ -276,10 +276,18 @@ impl Connection {
         let priority = match consume.arguments.get("x-priority") {
             None => 0,
             Some(value) => value.as_i64().ok_or_else(|| {
+                // RabbitMQ's `check_consume_arguments` text.
+                let arguments = crate::amqp091::convert::table_to_core(&consume.arguments);
+                let kind = arguments
+                    .get("x-priority")
+                    .map_or("void", warren_core::queue::args::type_name);
                 Fault::new(
                     id,
                     reply_code::PRECONDITION_FAILED,
-                    "invalid arg 'x-priority': expected an integer",
+                    format!(
+                        "invalid arg 'x-priority' for {}: \"expected integer, got {kind}\"",
+                        queue.def().resource()
+                    ),
                     cause,
                 )
             })?,
