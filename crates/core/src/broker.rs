@@ -75,7 +75,7 @@ impl Broker {
         bootstrap: &Bootstrap,
         storage: StorageConfig,
     ) -> std::io::Result<Arc<Broker>> {
-        std::fs::create_dir_all(data_dir).map_err(|error| {
+        warren_store::private_dir_all(data_dir).map_err(|error| {
             std::io::Error::new(
                 error.kind(),
                 format!(

@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -74,10 +75,18 @@ pub fn save(path: &Path, mut definitions: VHostDefinitions) -> std::io::Result<(
 /// temporary file, fsync, rename, fsync the directory.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    warren_store::private_dir_all(dir)?;
     let tmp = path.with_extension("json.tmp");
+    // A leftover from a crash would keep the mode it was created with.
+    let _ = fs::remove_file(&tmp);
     {
-        let mut file = fs::File::create(&tmp)?;
+        // Password hashes and definitions: readable by the broker's user only.
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(warren_store::FILE_MODE)
+            .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
     }

@@ -16,4 +16,4 @@ pub use record::{
     FLAG_DURABLE,
 };
 pub use recovery::{Recovered, RecoveredMessage, RecoveredQueue};
-pub use store::{Store, StoreConfig, StoreStats};
+pub use store::{private_dir_all, Store, StoreConfig, StoreStats, DIR_MODE, FILE_MODE};

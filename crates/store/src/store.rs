@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -131,7 +131,7 @@ impl Store {
     /// Opens (creating if needed) the store, reads every segment back and returns what the
     /// queues must recover. Writing starts in a fresh segment.
     pub fn open(config: StoreConfig) -> io::Result<(Store, Recovered)> {
-        fs::create_dir_all(&config.dir).map_err(|error| {
+        private_dir_all(&config.dir).map_err(|error| {
             io::Error::new(
                 error.kind(),
                 format!("cannot create {}: {error}", config.dir.display()),
@@ -597,16 +597,31 @@ pub(crate) fn write_index_file(dir: &Path, segment: u32, bytes: &[u8]) -> io::Re
     fs::rename(&tmp, &path)
 }
 
+/// Permissions of every file the broker creates: read and write for its own user only.
+pub const FILE_MODE: u32 = 0o600;
+/// Permissions of every directory the broker creates.
+pub const DIR_MODE: u32 = 0o700;
+
+/// `create_dir_all` whose new directories get [`DIR_MODE`] (existing ones keep theirs).
+pub fn private_dir_all(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
     dir.join(format!("{segment:020}.seg"))
 }
 
 fn create_segment(dir: &Path, segment: u32) -> io::Result<File> {
     let path = segment_path(dir, segment);
+    // Messages are private to the broker's user, as the definitions are.
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
+        .mode(FILE_MODE)
         .open(&path)
         .map_err(|error| {
             io::Error::new(
