@@ -47,7 +47,10 @@ async fn data_files_are_0600_and_directories_0700() {
     let mut found = Vec::new();
     walk(&data_dir, &mut found);
     let files = found.iter().filter(|(_, _, dir)| !dir).count();
-    assert!(files >= 2, "definitions and a store segment exist: {found:?}");
+    assert!(
+        files >= 2,
+        "definitions and a store segment exist: {found:?}"
+    );
     for (path, mode, is_dir) in &found {
         let expected = if *is_dir { 0o700 } else { 0o600 };
         assert_eq!(*mode, expected, "{} has mode {mode:o}", path.display());

@@ -619,6 +619,11 @@ impl Connection {
         error: Option<AmqpError>,
     ) {
         self.release_link(channel, handle).await;
+        if let Some(session) = self.sessions.get_mut(&channel) {
+            if !session.detached.contains(&handle) {
+                session.detached.push(handle);
+            }
+        }
         let detach = Detach {
             handle,
             closed: true,

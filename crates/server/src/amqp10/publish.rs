@@ -92,7 +92,19 @@ impl Connection {
     ) -> Result<(), Fault> {
         let max_size = self.shared.config.max_message_size;
         let session = self.session(channel)?;
-        session.incoming_window = session.incoming_window.saturating_sub(1);
+        // Flow control is enforced, not advisory (transport §2.5.6, §2.6.7): a transfer past
+        // the session's incoming window ends the session, one past the link's credit
+        // detaches the link. Alarms withhold credit, so they hold for AMQP 1.0 publishers.
+        if session.incoming_window == 0 {
+            return Err(Fault::End(
+                channel,
+                AmqpError::new(
+                    condition::WINDOW_VIOLATION,
+                    "transfer beyond the session's incoming window",
+                ),
+            ));
+        }
+        session.incoming_window -= 1;
         session.next_incoming_id = session.next_incoming_id.wrapping_add(1);
         let handle = transfer.handle;
         let link = match session.links.get_mut(&handle) {
@@ -106,8 +118,25 @@ impl Connection {
                 ))
             }
             // A link we detached (an error) while the client's transfers were on their way.
-            None => return Ok(()),
+            None if session.detached.contains(&handle) => return Ok(()),
+            None => {
+                return Err(Fault::End(
+                    channel,
+                    AmqpError::new(
+                        condition::UNATTACHED_HANDLE,
+                        format!("transfer on handle {handle}, which no link is attached to"),
+                    ),
+                ))
+            }
         };
+        if link.assembly.is_none() && link.credit == 0 {
+            return Err(link_error(
+                channel,
+                handle,
+                condition::TRANSFER_LIMIT_EXCEEDED,
+                "transfer without link credit: wait for a flow granting credit".into(),
+            ));
+        }
         if link.assembly.is_none() {
             let Some(delivery_id) = transfer.delivery_id else {
                 return Err(link_error(

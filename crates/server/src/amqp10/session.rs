@@ -35,6 +35,9 @@ pub struct Session {
     pub unsettled: UnsettledDeliveries,
     /// Deliveries waiting for the client's incoming window, with their link's handle.
     pub waiting: VecDeque<(u32, Delivery)>,
+    /// Handles of links we detached (an error) whose client has not answered with its detach:
+    /// transfers on them may still be on their way and are dropped, not a session error.
+    pub detached: Vec<u32>,
 }
 
 impl Connection {
@@ -72,6 +75,7 @@ impl Connection {
             links: FxHashMap::default(),
             unsettled: UnsettledDeliveries::default(),
             waiting: VecDeque::new(),
+            detached: Vec::new(),
         };
         self.sessions.insert(channel, session);
         let reply = Begin {
@@ -177,7 +181,9 @@ impl Connection {
     pub(super) async fn on_detach(&mut self, channel: u16, detach: Detach) -> Result<(), Fault> {
         let session = self.session(channel)?;
         if !session.links.contains_key(&detach.handle) {
-            // The answer to a detach of ours (a refused attach, a link error): nothing to do.
+            // The answer to a detach of ours (a refused attach, a link error): the handle is
+            // free again.
+            session.detached.retain(|h| *h != detach.handle);
             return Ok(());
         }
         self.release_link(channel, detach.handle).await;
