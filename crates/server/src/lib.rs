@@ -4,6 +4,7 @@ pub mod amqp091;
 pub mod amqp10;
 pub mod config;
 mod encode_buffer;
+pub mod log_writer;
 pub mod resource_monitor;
 
 use std::net::SocketAddr;

@@ -125,9 +125,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(config.log_level.as_str()));
+    let ansi = std::io::stdout().is_terminal();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stdout().is_terminal())
+        .with_ansi(ansi)
+        .with_writer(warren_server::log_writer::EscapingStdout { ansi })
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
