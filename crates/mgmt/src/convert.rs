@@ -83,6 +83,19 @@ pub fn text<'a>(body: &'a Map<String, Json>, key: &str) -> &'a str {
     body.get(key).and_then(Json::as_str).unwrap_or("")
 }
 
+/// The body's `routing_key`: at most 255 bytes, as AMQP's shortstr allows (the same key over
+/// AMQP could not be sent at all).
+pub fn routing_key<'a>(body: &'a Map<String, Json>) -> Result<&'a str, crate::error::ApiError> {
+    let key = text(body, "routing_key");
+    if key.len() > usize::from(u8::MAX) {
+        return Err(crate::error::ApiError::bad_request(format!(
+            "routing_key is {} bytes long: the longest AMQP allows is 255",
+            key.len()
+        )));
+    }
+    Ok(key)
+}
+
 /// A queued message's properties as `/api/queues/.../get` shows them (the AMQP 0.9.1 form, as
 /// RabbitMQ's, whose API gets messages over AMQP 0.9.1), and its body in that form.
 pub fn message_to_json(message: &Message) -> (Json, bytes::Bytes) {

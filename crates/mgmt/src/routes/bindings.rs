@@ -223,7 +223,7 @@ pub async fn create(
         return Err(ApiError::bad_request("cannot bind to the default exchange"));
     }
     let body = body_object(&body)?;
-    let routing_key = convert::text(&body, "routing_key").to_string();
+    let routing_key = convert::routing_key(&body)?.to_string();
     let arguments = convert::json_to_table(body.get("arguments"))?;
     let key = properties_key(&routing_key, &arguments);
     vhost.bind(

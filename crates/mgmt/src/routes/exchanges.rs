@@ -198,7 +198,7 @@ pub async fn publish(
     let properties = convert::json_to_properties(body.get("properties"))?;
     let mut encoded = BytesMut::new();
     properties.encode(&mut encoded);
-    let routing_key = convert::text(&body, "routing_key");
+    let routing_key = convert::routing_key(&body)?;
     let routed = publish_message(
         state.broker.registry().counters(),
         &vhost,
