@@ -124,7 +124,7 @@ impl Connection {
                     channel,
                     AmqpError::new(
                         condition::UNATTACHED_HANDLE,
-                        format!("transfer on handle {handle}, which no link is attached to"),
+                        format!("Unattached link handle: {handle}"),
                     ),
                 ))
             }

@@ -246,7 +246,16 @@ impl Connection {
         };
         match session.links.get_mut(&handle) {
             // A link we detached while the client's flow was on its way.
-            None => Ok(()),
+            None if session.detached.contains(&handle) => Ok(()),
+            // "the recipient MUST respond by ending the session with an unattached-handle
+            // session error" (transport §2.7.4).
+            None => Err(Fault::End(
+                channel,
+                AmqpError::new(
+                    condition::UNATTACHED_HANDLE,
+                    format!("Unattached link handle: {handle}"),
+                ),
+            )),
             Some(Link::Incoming(_)) => {
                 if flow.echo {
                     self.send_session_flow(channel, Some(handle));
