@@ -9,6 +9,7 @@
 //! helpers here, which are bounded themselves.
 
 pub mod amqp10;
+pub mod amqp10_raw;
 pub mod client;
 pub mod raw;
 pub mod wire;

@@ -12,6 +12,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use warren_tests::amqp10_raw::{frame, handshake_bytes, handshake_bytes_with, read_until};
 use warren_tests::{bounded, get_all, unique, TestBroker};
 
 #[tokio::test]
@@ -25,58 +26,6 @@ async fn a_bad_password_fails_sasl() {
     assert!(format!("{error:?}").contains("Auth"), "{error:?}");
     // The broker keeps serving.
     let (_connection, _session) = broker.amqp10().await;
-}
-
-fn frame(frame_type: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = (8 + body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&[2, frame_type, 0, 0]);
-    out.extend_from_slice(body);
-    out
-}
-
-/// A described list with a small ulong descriptor and already-encoded fields.
-fn composite(code: u8, fields: &[&[u8]]) -> Vec<u8> {
-    let body: Vec<u8> = fields.concat();
-    let mut out = vec![
-        0x00,
-        0x53,
-        code,
-        0xc0,
-        (body.len() + 1) as u8,
-        fields.len() as u8,
-    ];
-    out.extend_from_slice(&body);
-    out
-}
-
-/// SASL PLAIN as guest, then open: everything a raw client sends before its first session.
-fn handshake_bytes() -> Vec<u8> {
-    handshake_bytes_with(&[b"\xa1\x03raw"])
-}
-
-/// The handshake with these open fields (container-id first).
-fn handshake_bytes_with(open_fields: &[&[u8]]) -> Vec<u8> {
-    let mut out = b"AMQP\x03\x01\x00\x00".to_vec();
-    let mut response = vec![0xa0, 12];
-    response.extend_from_slice(b"\0guest\0guest");
-    out.extend(frame(1, &composite(0x41, &[b"\xa3\x05PLAIN", &response])));
-    out.extend_from_slice(b"AMQP\x00\x01\x00\x00");
-    out.extend(frame(0, &composite(0x10, open_fields)));
-    out
-}
-
-async fn read_until(socket: &mut TcpStream, needle: &[u8], limit: Duration) -> Vec<u8> {
-    let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut chunk = [0u8; 4096];
-    while !seen.windows(needle.len()).any(|w| w == needle) {
-        let read = tokio::time::timeout_at(deadline, socket.read(&mut chunk)).await;
-        match read {
-            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&chunk[..n]),
-            _ => break,
-        }
-    }
-    seen
 }
 
 #[tokio::test]

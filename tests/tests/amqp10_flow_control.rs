@@ -6,58 +6,19 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use warren_tests::amqp10_raw::{
+    composite, contains, frame, handshake_bytes_with, read_until, str8, uint,
+};
 use warren_tests::{bounded, declare_queue, message_count, unique, TestBroker};
 
-fn frame(channel: u16, body: &[u8]) -> Vec<u8> {
-    let mut out = (8 + body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&[2, 0]);
-    out.extend_from_slice(&channel.to_be_bytes());
-    out.extend_from_slice(body);
-    out
-}
-
-/// A described list (small ulong descriptor) of already-encoded fields.
-fn composite(code: u8, fields: &[&[u8]]) -> Vec<u8> {
-    let body: Vec<u8> = fields.concat();
-    let mut out = vec![
-        0x00,
-        0x53,
-        code,
-        0xc0,
-        (body.len() + 1) as u8,
-        fields.len() as u8,
-    ];
-    out.extend_from_slice(&body);
-    out
-}
-
-fn uint(value: u32) -> Vec<u8> {
-    let mut out = vec![0x70];
-    out.extend_from_slice(&value.to_be_bytes());
-    out
-}
-
-fn str8(text: &str) -> Vec<u8> {
-    let mut out = vec![0xa1, text.len() as u8];
-    out.extend_from_slice(text.as_bytes());
-    out
-}
+const LIMIT: Duration = Duration::from_secs(5);
 
 /// SASL PLAIN as guest, open, begin (incoming window 1000) and a sending link on handle 0 to
 /// `address`.
 fn handshake(address: &str) -> Vec<u8> {
-    let mut out = b"AMQP\x03\x01\x00\x00".to_vec();
-    let mut response = vec![0xa0, 12];
-    response.extend_from_slice(b"\0guest\0guest");
-    let init = composite(0x41, &[b"\xa3\x05PLAIN", &response]);
-    let mut sasl = (8 + init.len() as u32).to_be_bytes().to_vec();
-    sasl.extend_from_slice(&[2, 1, 0, 0]);
-    sasl.extend_from_slice(&init);
-    out.extend(sasl);
-    out.extend_from_slice(b"AMQP\x00\x01\x00\x00");
-    out.extend(frame(0, &composite(0x10, &[&str8("flow-test")])));
+    let mut out = handshake_bytes_with(&[&str8("flow-test")]);
     let begin = composite(0x11, &[&[0x40], &uint(0), &uint(1000), &uint(1000)]);
     out.extend(frame(0, &begin));
     let target = composite(0x29, &[&str8(address)]);
@@ -101,23 +62,6 @@ fn transfer(handle: u32, delivery_id: u32) -> Vec<u8> {
     frame(0, &[performative.as_slice(), &message].concat())
 }
 
-async fn read_until(socket: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
-    let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let mut chunk = [0u8; 4096];
-    while !seen.windows(needle.len()).any(|w| w == needle) {
-        match tokio::time::timeout_at(deadline, socket.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&chunk[..n]),
-            _ => break,
-        }
-    }
-    seen
-}
-
-fn contains(seen: &[u8], needle: &[u8]) -> bool {
-    seen.windows(needle.len()).any(|w| w == needle)
-}
-
 async fn send_transfers(broker: &TestBroker, queue: &str, count: u32, handle: u32) -> TcpStream {
     let mut socket = bounded!(TcpStream::connect(broker.addr())).unwrap();
     let mut bytes = handshake(&format!("/queues/{queue}"));
@@ -138,7 +82,7 @@ async fn transfers_past_link_credit_detach_the_link() {
     let queue = unique("q-credit");
     declare_queue(&channel, &queue).await;
     let mut socket = send_transfers(&broker, &queue, 40, 0).await;
-    let seen = read_until(&mut socket, b"amqp:link:transfer-limit-exceeded").await;
+    let seen = read_until(&mut socket, b"amqp:link:transfer-limit-exceeded", LIMIT).await;
     assert!(
         contains(&seen, b"amqp:link:transfer-limit-exceeded"),
         "{seen:?}"
@@ -158,7 +102,7 @@ async fn transfers_during_an_alarm_are_refused_not_enqueued() {
     let queue = unique("q-alarm");
     declare_queue(&channel, &queue).await;
     let mut socket = send_transfers(&broker, &queue, 300, 0).await;
-    let seen = read_until(&mut socket, b"amqp:link:transfer-limit-exceeded").await;
+    let seen = read_until(&mut socket, b"amqp:link:transfer-limit-exceeded", LIMIT).await;
     assert!(
         contains(&seen, b"amqp:link:transfer-limit-exceeded"),
         "{seen:?}"
@@ -176,7 +120,7 @@ async fn transfers_past_the_session_window_end_the_session() {
     let queue = unique("q-window");
     declare_queue(&channel, &queue).await;
     let mut socket = send_transfers(&broker, &queue, 40, 0).await;
-    let seen = read_until(&mut socket, b"amqp:session:window-violation").await;
+    let seen = read_until(&mut socket, b"amqp:session:window-violation", LIMIT).await;
     assert!(
         contains(&seen, b"amqp:session:window-violation"),
         "{seen:?}"
@@ -190,7 +134,7 @@ async fn a_transfer_on_an_unattached_handle_ends_the_session() {
     let queue = unique("q-handle");
     declare_queue(&channel, &queue).await;
     let mut socket = send_transfers(&broker, &queue, 1, 7).await;
-    let seen = read_until(&mut socket, b"amqp:session:unattached-handle").await;
+    let seen = read_until(&mut socket, b"amqp:session:unattached-handle", LIMIT).await;
     assert!(
         contains(&seen, b"amqp:session:unattached-handle"),
         "{seen:?}"
