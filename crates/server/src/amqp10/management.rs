@@ -142,6 +142,7 @@ impl Connection {
         let queue = self.vhost().queue(name, self.id)?;
         let info = queue.info().await?;
         let def = queue.def();
+        let node = &self.shared.broker.identity().node_name;
         Ok((
             200,
             map(vec![
@@ -153,11 +154,8 @@ impl Connection {
                 ("type", Value::string("classic")),
                 ("arguments", amqp10_table(&def.arguments)),
                 // A classic queue lives on this node; RabbitMQ's clients read both keys.
-                ("leader", Value::string(&warren_mgmt::node_name())),
-                (
-                    "replicas",
-                    Value::List(vec![Value::string(&warren_mgmt::node_name())]),
-                ),
+                ("leader", Value::string(node)),
+                ("replicas", Value::List(vec![Value::string(node)])),
                 ("message_count", Value::Ulong(u64::from(info.messages))),
                 ("consumer_count", Value::Uint(info.consumers)),
             ]),
