@@ -77,9 +77,9 @@ async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {
     let broker = TestBroker::start().await;
     let api = Api::new(&broker);
     let queue = unique("mgmt-q");
-    tracing::info!("declare with PUT, as rabbitmqadmin does (quorum is served as classic)");
+    tracing::info!("declare with PUT, as rabbitmqadmin does");
     let body = json!({"durable": "true", "auto_delete": false,
-                      "arguments": {"x-queue-type": "quorum"}});
+                      "arguments": {"x-queue-type": "classic"}});
     let (status, _) = api
         .send(
             Method::PUT,
