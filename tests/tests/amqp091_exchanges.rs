@@ -2,8 +2,6 @@
 //! exchanges, exchange-to-exchange bindings, alternate exchanges, the `amq.*` and default
 //! exchanges.
 
-use std::time::Duration;
-
 use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, ExchangeUnbindOptions,
 };

@@ -27,4 +27,4 @@ pub use message::Message;
 
 /// The RabbitMQ version whose behaviour Warren matches, written where RabbitMQ writes its own
 /// (definitions exports, the management API).
-pub const RABBITMQ_COMPATIBLE_VERSION: &str = "3.10.8";
+pub const RABBITMQ_COMPATIBLE_VERSION: &str = identity::RABBITMQ_VERSION_DEFAULT;

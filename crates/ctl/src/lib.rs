@@ -327,11 +327,12 @@ mod tests {
     #[test]
     fn status_survives_odd_overviews() {
         let text = render::status(
-            &json!({"product_name": "Warren", "product_version": "0.1.0",
+            &json!({"product_name": "RabbitMQ", "product_version": "4.0.9",
+            "warren_product": "Warren", "warren_version": "0.1.0",
             "node": "warren@h", "queue_totals": {"messages": 3},
             "object_totals": {"queues": 2}, "listeners": [{"protocol": "amqp", "port": 5672}]}),
         );
-        assert!(text.contains("Warren 0.1.0"));
+        assert!(text.contains("RabbitMQ 4.0.9 (Warren 0.1.0)"));
         assert!(text.contains("messages=3 messages_ready=0"));
         assert!(text.contains("queues=2"));
         assert!(text.contains("| amqp     |"));

@@ -8,10 +8,14 @@ use crate::table::{cell, field, format_items, format_table};
 /// `status`: GET /api/overview as a key/value table and the listeners.
 pub fn status(overview: &Value) -> String {
     let text = |path: &str| cell(field(overview, path));
-    let product = match (text("product_name"), text("product_version")) {
+    let mut product = match (text("product_name"), text("product_version")) {
         (name, version) if !name.is_empty() => format!("{name} {version}"),
         _ => format!("RabbitMQ {}", text("rabbitmq_version")),
     };
+    // Warren reports RabbitMQ's product and names itself in `warren_product`/`warren_version`.
+    if let ("Warren", version) = (text("warren_product").as_str(), text("warren_version")) {
+        product = format!("{product} (Warren {version})");
+    }
     let totals = |prefix: &str, keys: &[&str]| {
         keys.iter()
             .map(|key| {

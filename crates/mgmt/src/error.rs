@@ -48,6 +48,16 @@ impl ApiError {
         }
     }
 
+    /// A route or feature of RabbitMQ's API that Warren does not have (501); the reason names
+    /// it and says that Warren does not support it yet.
+    pub fn not_implemented(reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            error: "not_implemented",
+            reason: reason.into(),
+        }
+    }
+
     pub fn unavailable(reason: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,

@@ -50,6 +50,7 @@ pub struct MgmtConfig {
 pub struct ApiState {
     pub broker: Arc<Broker>,
     pub rates: Arc<Rates>,
+    /// The broker identity's node name (`rabbit@<host>`), fixed for the broker's life.
     pub node: String,
     pub started: Instant,
     /// `(protocol, address)` of every listener, for overview and health checks.
@@ -78,14 +79,6 @@ impl Mgmt {
             let _ = task.await;
         }
     }
-}
-
-/// RabbitMQ's node name, `rabbit@<hostname>`, as Warren reports it.
-pub fn node_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string());
-    format!("rabbit@{host}")
 }
 
 /// Starts the listeners with the standard routes.
@@ -119,7 +112,7 @@ pub async fn start_with_routes(
     let state = Arc::new(ApiState {
         broker: broker.clone(),
         rates: rates.clone(),
-        node: node_name(),
+        node: broker.identity().node_name.clone(),
         started: Instant::now(),
         listeners,
     });

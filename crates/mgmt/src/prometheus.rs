@@ -157,21 +157,31 @@ fn render_node(state: &ApiState, f: &mut Family<'_>) {
         "untyped",
         "RabbitMQ & Erlang/OTP version info",
     );
-    f.sample("rabbitmq_build_info", &format!(
-        "rabbitmq_version=\"{}\",prometheus_plugin_version=\"{}\",prometheus_client_version=\"none\",erlang_version=\"none\",product_name=\"Warren\",product_version=\"{}\"",
-        crate::routes::RABBITMQ_VERSION, env!("CARGO_PKG_VERSION"), env!("CARGO_PKG_VERSION")), 1);
+    let identity = state.broker.identity();
+    f.sample(
+        "rabbitmq_build_info",
+        &format!(
+            "rabbitmq_version=\"{}\",prometheus_plugin_version=\"{}\",prometheus_client_version=\"none\",erlang_version=\"none\",product_name=\"{}\",product_version=\"{}\"",
+            label(identity.version()),
+            label(identity.version()),
+            label(identity.product()),
+            label(identity.version())
+        ),
+        1,
+    );
     f.header(
         "rabbitmq_identity_info",
         "untyped",
         "RabbitMQ node & cluster identity info",
     );
+    let cluster = identity.cluster_name();
     f.sample(
         "rabbitmq_identity_info",
         &format!(
             "rabbitmq_node=\"{}\",rabbitmq_cluster=\"{}\",rabbitmq_cluster_permanent_id=\"{}\"",
-            label(&state.node),
-            label(&state.node),
-            label(&state.node)
+            label(&identity.node_name),
+            label(&cluster),
+            label(&identity.node_name)
         ),
         1,
     );

@@ -4,11 +4,15 @@
 
 use axum::extract::Request;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
-use axum::http::HeaderValue;
+use axum::http::uri::PathAndQuery;
+use axum::http::{HeaderValue, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use tower::ServiceExt;
+
+use crate::error::ApiError;
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
@@ -19,10 +23,40 @@ const APP_CSS: &str = include_str!("../ui/app.css");
 pub const UI_HEADER: &str = "x-warren-ui";
 
 /// Adds the UI's routes to the API router and the layer that keeps 401 answers to the UI
-/// free of `WWW-Authenticate`.
+/// free of `WWW-Authenticate`. A path no route matches is tried once more without one
+/// trailing `/` (Cowboy's router treats `/api/connections/` as `/api/connections`); what
+/// still matches nothing is RabbitMQ's 404.
 pub fn with_ui(api: Router) -> Router {
-    api.merge(router())
-        .layer(middleware::from_fn(no_browser_challenge))
+    let routes = api
+        .merge(router())
+        .layer(middleware::from_fn(no_browser_challenge));
+    let retry = routes.clone().fallback(|| async { ApiError::not_found() });
+    routes.fallback(move |request: Request| without_trailing_slash(retry, request))
+}
+
+async fn without_trailing_slash(retry: Router, mut request: Request) -> Response {
+    let uri = request.uri();
+    let path = uri.path();
+    if path.len() < 2 || !path.ends_with('/') {
+        return ApiError::not_found().into_response();
+    }
+    let stripped = match uri.query() {
+        Some(query) => format!("{}?{query}", &path[..path.len() - 1]),
+        None => path[..path.len() - 1].to_string(),
+    };
+    let Ok(path_and_query) = stripped.parse::<PathAndQuery>() else {
+        return ApiError::not_found().into_response();
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query);
+    match Uri::from_parts(parts) {
+        Ok(uri) => *request.uri_mut() = uri,
+        Err(_) => return ApiError::not_found().into_response(),
+    }
+    match retry.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
 /// `/`, `/index.html`, `/app.js` and `/app.css`; no authentication.

@@ -649,7 +649,7 @@ fn export(state: &State) -> Definitions {
     Definitions {
         rabbit_version: Some(crate::RABBITMQ_COMPATIBLE_VERSION.into()),
         rabbitmq_version: Some(crate::RABBITMQ_COMPATIBLE_VERSION.into()),
-        product_name: Some("Warren".into()),
+        product_name: Some(crate::identity::PRODUCT.into()),
         product_version: Some(env!("CARGO_PKG_VERSION").into()),
         users: state.users.values().cloned().collect(),
         vhosts: state

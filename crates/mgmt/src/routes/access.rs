@@ -77,7 +77,7 @@ fn tags_field(body: &Map<String, Json_>) -> ApiResult<Vec<String>> {
 
 // ---- users ----
 
-fn user_json(user: &UserDef) -> Json_ {
+pub(crate) fn user_json(user: &UserDef) -> Json_ {
     json!({
         "name": user.name,
         "password_hash": user.password_hash,
@@ -470,6 +470,20 @@ pub async fn delete_topic_permission(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `DELETE /api/topic-permissions/{vhost}/{user}/{exchange}`: one exchange's.
+pub async fn delete_topic_permission_of(
+    State(state): State<Arc<ApiState>>,
+    Extension(auth): Extension<AuthUser>,
+    Path((vhost, user, exchange)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    require(&auth, ADMINISTRATOR)?;
+    state
+        .broker
+        .access()
+        .clear_topic_permissions(&user, &vhost, Some(&exchange))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 // ---- policies and operator policies ----
 
 fn policy_json(policy: &PolicyRecord) -> Json_ {
@@ -731,7 +745,12 @@ pub async fn export_definitions(
     Extension(auth): Extension<AuthUser>,
 ) -> ApiResult<Json<Definitions>> {
     require(&auth, ADMINISTRATOR)?;
-    Ok(Json(state.broker.export_definitions()))
+    let mut definitions = state.broker.export_definitions();
+    let identity = state.broker.identity();
+    definitions.rabbit_version = Some(identity.version().to_string());
+    definitions.rabbitmq_version = Some(identity.version().to_string());
+    definitions.product_name = Some(identity.product().to_string());
+    Ok(Json(definitions))
 }
 
 /// POST a RabbitMQ definitions document (as `rabbitmqadmin import` and the UI's upload do).

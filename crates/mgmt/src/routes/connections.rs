@@ -234,12 +234,9 @@ pub async fn close(
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     let entry = find(&state, &user, &name, true)?;
-    let reason = headers
-        .get("x-reason")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("Closed via management plugin");
+    let reason = close_reason(&headers);
     tracing::info!(connection = %name, %reason, "closing connection on management API request");
-    entry.request_close(format!("CONNECTION_FORCED - {reason}"));
+    entry.request_close(reason);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -276,6 +273,82 @@ pub async fn channels(
 ) -> ApiResult<Json<Json_>> {
     let items = channels_json(&state, &user, None)?;
     Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+/// `GET /api/channels/{channel}`: one channel by its name (`<connection> (<number>)`).
+pub async fn channel(
+    State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    channels_json(&state, &user, None)?
+        .into_iter()
+        .find(|c| c["name"] == name.as_str())
+        .map(|c| Json(query::project_one(c, &params)))
+        .ok_or_else(ApiError::not_found)
+}
+
+/// The connections of user `name`, for an administrator or monitor (`deleting`: an
+/// administrator) or that user.
+fn of_user_checked(
+    state: &ApiState,
+    user: &AuthUser,
+    name: &str,
+    deleting: bool,
+) -> ApiResult<Vec<Arc<ConnectionEntry>>> {
+    let by_tag = if deleting {
+        user.is_admin()
+    } else {
+        user.is_monitor()
+    };
+    if !by_tag && user.name != name {
+        return Err(ApiError::not_authorised(
+            "User not authorised to access object",
+        ));
+    }
+    let mut connections = state.broker.registry().connections();
+    connections.retain(|c| c.details.user == name);
+    Ok(connections)
+}
+
+/// `GET /api/connections/username/{username}`.
+pub async fn of_user(
+    State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Json<Json_>> {
+    let items = of_user_checked(&state, &user, &name, false)?
+        .iter()
+        .map(|c| connection_json(&state, c))
+        .collect();
+    Ok(Json(query::list(items, &params, &["name"])?))
+}
+
+/// `DELETE /api/connections/username/{username}`: closes each of the user's connections.
+pub async fn close_of_user(
+    State(state): State<Arc<ApiState>>,
+    Extension(user): Extension<AuthUser>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    let reason = close_reason(&headers);
+    for entry in of_user_checked(&state, &user, &name, true)? {
+        tracing::info!(connection = %entry.name(), %reason, "closing connection on management API request");
+        entry.request_close(reason.clone());
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `X-Reason`, else RabbitMQ's text; the protocol side writes the reply code's name before
+/// it (`CONNECTION_FORCED - ...`).
+fn close_reason(headers: &HeaderMap) -> String {
+    headers
+        .get("x-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("Closed via management plugin")
+        .to_string()
 }
 
 /// The consumers of one queue (a single queue's `consumer_details`).

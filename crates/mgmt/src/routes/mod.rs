@@ -2,16 +2,17 @@
 
 mod access;
 mod bindings;
+pub(crate) mod cluster;
 mod connections;
 mod exchanges;
+mod extras;
 pub(crate) mod overview;
 mod queues;
-
-pub(crate) use overview::RABBITMQ_VERSION;
+mod unsupported;
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
 use serde_json::{Map, Value as Json_};
 use warren_core::vhost::VHost;
@@ -183,13 +184,134 @@ pub fn api_router(
             "/api/definitions",
             get(access::export_definitions).post(access::import_definitions),
         );
-    extend(api)
-        .fallback(|| async { ApiError::not_found() })
+    extend(unsupported::add(rabbitmq_4_routes(api)))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_user,
         ))
         .with_state(state)
+}
+
+/// The routes RabbitMQ 4.x added or kept beyond the core set above.
+fn rabbitmq_4_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route(
+        "/api/cluster-name",
+        get(cluster::cluster_name).put(cluster::put_cluster_name),
+    )
+    .route("/api/version", get(cluster::version))
+    .route("/api/extensions", get(cluster::extensions))
+    .route("/api/healthchecks/node", get(cluster::healthcheck_node))
+    .route(
+        "/api/healthchecks/node/{node}",
+        get(cluster::healthcheck_node),
+    )
+    .route(
+        "/api/health/checks/protocol-listener/{protocols}",
+        get(cluster::protocol_listener),
+    )
+    .route(
+        "/api/health/checks/certificate-expiration/{within}/{unit}",
+        get(cluster::certificate_expiration),
+    )
+    .route(
+        "/api/health/checks/metadata-store/initialized",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/metadata-store/initialized/with-data",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/quorum-queues-without-elected-leaders/all-vhosts",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/quorum-queues-without-elected-leaders/vhost/{vhost}",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/quorum-queues-without-elected-leaders/all-vhosts/pattern/{pattern}",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/quorum-queues-without-elected-leaders/vhost/{vhost}/pattern/{pattern}",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/node-is-quorum-critical",
+        get(cluster::always_ok),
+    )
+    .route("/api/health/checks/is-in-service", get(cluster::always_ok))
+    .route(
+        "/api/health/checks/below-node-connection-limit",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/ready-to-serve-clients",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/health/checks/reached-target-cluster-size",
+        get(cluster::always_ok),
+    )
+    .route(
+        "/api/vhosts/{vhost}/start/{node}",
+        post(cluster::start_vhost),
+    )
+    .route("/api/users/bulk-delete", post(extras::bulk_delete_users))
+    .route(
+        "/api/users/without-permissions",
+        get(extras::users_without_permissions),
+    )
+    .route("/api/parameters", get(extras::parameters))
+    .route("/api/parameters/{component}", get(extras::parameters))
+    .route(
+        "/api/parameters/{component}/{vhost}",
+        get(extras::parameters),
+    )
+    .route(
+        "/api/parameters/{component}/{vhost}/{name}",
+        get(extras::parameter)
+            .put(refuse_parameter)
+            .delete(refuse_parameter),
+    )
+    .route("/api/global-parameters", get(extras::global_parameters))
+    .route(
+        "/api/global-parameters/{name}",
+        get(extras::global_parameter),
+    )
+    .route(
+        "/api/definitions/{vhost}",
+        get(extras::export_vhost_definitions).post(extras::import_vhost_definitions),
+    )
+    .route(
+        "/api/all-configuration",
+        get(access::export_definitions).post(access::import_definitions),
+    )
+    .route("/api/queues/detailed", get(queues::list))
+    .route(
+        "/api/queues/{vhost}/{name}/actions",
+        post(extras::queue_actions),
+    )
+    .route("/api/auth/hash_password/{password}", get(extras::hash))
+    .route(
+        "/api/topic-permissions/{vhost}/{user}/{exchange}",
+        delete(access::delete_topic_permission_of),
+    )
+    .route(
+        "/api/connections/username/{username}",
+        get(connections::of_user).delete(connections::close_of_user),
+    )
+    .route("/api/channels/{channel}", get(connections::channel))
+}
+
+/// Runtime parameters are read-only: Warren's components have their own routes.
+async fn refuse_parameter() -> ApiError {
+    ApiError::not_implemented(
+        "/api/parameters/{component}/{vhost}/{name}: Warren does not support setting runtime \
+         parameters yet (vhost limits: /api/vhost-limits; operator policies: \
+         /api/operator-policies)",
+    )
 }
 
 /// The vhost named in a path, as RabbitMQ's `is_authorized_vhost`: 404 when it does not

@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde_json::{json, Value as Json_};
 use warren_core::alarm::Resource;
+use warren_core::identity::{WARREN_PRODUCT, WARREN_VERSION};
 use warren_core::registry::GlobalCounters;
 
 use super::{rate, vhost, visible_vhost};
@@ -13,9 +14,6 @@ use crate::auth::AuthUser;
 use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
 use crate::ApiState;
-
-/// The RabbitMQ release whose management API Warren answers as.
-pub(crate) const RABBITMQ_VERSION: &str = "3.10.8";
 
 /// What the overview sums over the queues of the vhosts the user may see.
 #[derive(Default)]
@@ -70,13 +68,16 @@ pub async fn overview(
     connections.retain(|c| user.is_monitor() || c.details.user == user.name);
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
     let counters = registry.counters();
+    let identity = state.broker.identity();
     let mut body = json!({
-        "management_version": RABBITMQ_VERSION,
-        "rabbitmq_version": RABBITMQ_VERSION,
-        "product_name": "Warren",
-        "product_version": env!("CARGO_PKG_VERSION"),
+        "management_version": identity.version(),
+        "rabbitmq_version": identity.version(),
+        "product_name": identity.product(),
+        "product_version": identity.version(),
+        "warren_product": WARREN_PRODUCT,
+        "warren_version": WARREN_VERSION,
         "erlang_version": "none (Warren is written in Rust)",
-        "cluster_name": state.node,
+        "cluster_name": identity.cluster_name(),
         "rates_mode": "basic",
         "exchange_types": exchange_types(),
         "message_stats": {
@@ -136,7 +137,7 @@ fn add_node_wide(state: &ApiState, body: &mut Json_) {
         .collect();
     body["node"] = json!(state.node);
     body["listeners"] = json!(listeners);
-    body["contexts"] = json!([]);
+    body["contexts"] = super::cluster::contexts(state);
 }
 
 fn exchange_types() -> Json_ {
@@ -187,6 +188,7 @@ fn node_json(state: &ApiState) -> Json_ {
         "sockets_used": state.broker.connection_count(),
         "sockets_total": fd_total,
         "exchange_types": exchange_types(),
+        "contexts": super::cluster::contexts(state),
         "auth_mechanisms": [
             {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
             {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
