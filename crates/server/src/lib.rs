@@ -79,7 +79,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         default_pass: config.default_pass.clone(),
         default_vhost: config.default_vhost.clone(),
         loopback_users: config.loopback_users.clone(),
-        identity: warren_core::identity::IdentityConfig::default(),
+        identity: config.identity(),
     };
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
