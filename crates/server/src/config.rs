@@ -23,7 +23,8 @@ const DELIVERY_HOLD_MS_MAX: u64 = 1000;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address the AMQP listener binds (`0.0.0.0` = every interface, as RabbitMQ).
+    /// Address the listeners bind: `::` (the default) is every interface, IPv4 and IPv6 on one
+    /// socket, as RabbitMQ binds a port-only listener; any other address binds only that one.
     pub bind_address: IpAddr,
     /// AMQP 0.9.1 port; 0 picks a free port (tests).
     pub amqp_port: u16,
@@ -102,7 +103,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            bind_address: IpAddr::from([0, 0, 0, 0]),
+            bind_address: IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
             amqp_port: 5672,
             management_port: Some(15672),
             prometheus_port: Some(15692),
