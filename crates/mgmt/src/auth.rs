@@ -91,7 +91,12 @@ pub async fn require_user(
     let Some((user, password)) = basic_credentials(&request) else {
         return ApiError::unauthorized("Not_Authorized").into_response();
     };
-    match authenticate(&state.broker, &user, &password, peer.ip().is_loopback()) {
+    match authenticate(
+        &state.broker,
+        &user,
+        &password,
+        peer.ip().to_canonical().is_loopback(),
+    ) {
         Ok(auth) => {
             request.extensions_mut().insert(auth);
             next.run(request).await

@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod convert;
 pub mod error;
+pub mod listen;
 pub mod prometheus;
 mod prometheus_detailed;
 pub mod query;
@@ -143,7 +144,7 @@ async fn bind(ip: IpAddr, port: Option<u16>, what: &str) -> io::Result<Option<Tc
         return Ok(None);
     };
     let addr = SocketAddr::new(ip, port);
-    TcpListener::bind(addr).await.map(Some).map_err(|error| {
+    listen::bind_tcp(addr).map(Some).map_err(|error| {
         io::Error::new(
             error.kind(),
             format!("cannot listen for the {what} on {addr}: {error}"),

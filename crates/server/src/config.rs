@@ -5,6 +5,9 @@
 //! operators recognise them. Every key is documented in
 //! README.md; an unknown or malformed key stops startup with the key and the line named.
 
+mod rabbitmq_conf;
+
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +23,8 @@ const DELIVERY_HOLD_MS_MAX: u64 = 1000;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address the AMQP listener binds (`0.0.0.0` = every interface, as RabbitMQ).
+    /// Address the listeners bind: `::` (the default) is every interface, IPv4 and IPv6 on one
+    /// socket, as RabbitMQ binds a port-only listener; any other address binds only that one.
     pub bind_address: IpAddr,
     /// AMQP 0.9.1 port; 0 picks a free port (tests).
     pub amqp_port: u16,
@@ -86,12 +90,20 @@ pub struct Config {
     /// Free space on the data directory's file system below which publishers are blocked.
     #[serde(deserialize_with = "disk_free_limit")]
     pub disk_free_limit: DiskFreeLimit,
+    /// This node's name (RabbitMQ's node name, `RABBITMQ_NODENAME`); unset: `rabbit@<host>`.
+    pub node_name: Option<String>,
+    /// The cluster name clients and the management API see; unset: the node name.
+    pub cluster_name: Option<String>,
+    /// The RabbitMQ version Warren reports to clients and tools.
+    pub rabbitmq_version: Option<String>,
+    /// Server properties sent in connection.start and AMQP 1.0 open, over the built-in ones.
+    pub server_properties: BTreeMap<String, String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            bind_address: IpAddr::from([0, 0, 0, 0]),
+            bind_address: IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
             amqp_port: 5672,
             management_port: Some(15672),
             prometheus_port: Some(15692),
@@ -116,6 +128,10 @@ impl Default for Config {
             vm_memory_high_watermark: alarm::MEMORY_HIGH_WATERMARK_DEFAULT,
             vm_memory_high_watermark_absolute: None,
             disk_free_limit: DiskFreeLimit::default(),
+            node_name: None,
+            cluster_name: None,
+            rabbitmq_version: None,
+            server_properties: BTreeMap::new(),
         }
     }
 }
@@ -141,13 +157,20 @@ impl Config {
         }
     }
 
-    /// Reads a TOML config file over the embedded defaults.
+    /// Reads a config file over the embedded defaults: RabbitMQ's rabbitmq.conf format when the
+    /// file is named `*.conf` or is not TOML, else TOML.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_toml(&text).map_err(|message| ConfigError::Invalid {
+        let conf_name = path.extension().is_some_and(|ext| ext == "conf");
+        let parsed = if conf_name || text.parse::<toml::Table>().is_err() {
+            Config::from_rabbitmq_conf(&text)
+        } else {
+            Config::from_toml(&text)
+        };
+        parsed.map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
             message,
         })
@@ -158,6 +181,31 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|error| describe(text, &error))?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Parses rabbitmq.conf text (RabbitMQ's `key = value` format); the error names the key,
+    /// its line and what to do.
+    pub fn from_rabbitmq_conf(text: &str) -> Result<Config, String> {
+        rabbitmq_conf::parse(text)
+    }
+
+    /// Broker identity settings, with `RABBITMQ_NODENAME` for an unset node name.
+    pub fn identity(&self) -> warren_core::identity::IdentityConfig {
+        let node_name = self.node_name.clone().or_else(|| {
+            std::env::var("RABBITMQ_NODENAME")
+                .ok()
+                .filter(|name| !name.is_empty())
+        });
+        warren_core::identity::IdentityConfig {
+            rabbitmq_version: self.rabbitmq_version.clone(),
+            node_name,
+            cluster_name: self.cluster_name.clone(),
+            server_properties: self
+                .server_properties
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        }
     }
 
     fn validate(&self) -> Result<(), String> {

@@ -80,7 +80,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         default_pass: config.default_pass.clone(),
         default_vhost: config.default_vhost.clone(),
         loopback_users: config.loopback_users.clone(),
-        identity: warren_core::identity::IdentityConfig::default(),
+        identity: config.identity(),
     };
     let storage = StorageConfig {
         segment_bytes: config.store_segment_size,
@@ -97,7 +97,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let mut monitor = ResourceMonitor::new(broker.clone(), config.data_dir.clone());
     monitor.sample(); // alarms are in effect before the first client connects
     let bind = SocketAddr::new(config.bind_address, config.amqp_port);
-    let listener = TcpListener::bind(bind).await.with_context(|| {
+    let listener = warren_mgmt::listen::bind_tcp(bind).with_context(|| {
         format!("cannot listen for AMQP on {bind}: is another broker running? (set --amqp-port)")
     })?;
     limit_segment_size(&listener);
@@ -163,6 +163,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
+                    let peer = warren_mgmt::listen::canonical_peer(peer);
                     connections.spawn(serve(socket, peer, shared.clone()));
                 }
                 Err(error) => {

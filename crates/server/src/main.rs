@@ -71,7 +71,7 @@ struct ServerArgs {
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Address to bind [default: 0.0.0.0].
+    /// Address to bind [default: ::, every interface, IPv4 and IPv6].
     #[arg(long, value_name = "ADDR")]
     bind_address: Option<std::net::IpAddr>,
 }
