@@ -8,6 +8,7 @@
 #   client-expired.pem / .key    CN tls-user, signed by ca, valid 2020-01-01 to 2020-01-02
 #   client.p12, client-wrongca.p12, client-expired.p12   PKCS12 bundles, password "changeit"
 #   truststore.p12               ca.pem as a PKCS12 trust store (keytool), password "changeit"
+#   wrongca-truststore.p12       wrongca.pem likewise
 # Re-running into the same OUTDIR makes everything anew.
 set -euo pipefail
 
@@ -72,6 +73,9 @@ rm -f truststore.p12
 if command -v keytool >/dev/null 2>&1; then
   keytool -importcert -noprompt -alias warren-test-ca -file ca.pem -keystore truststore.p12 \
     -storetype PKCS12 -storepass changeit >/dev/null 2>&1
+  rm -f wrongca-truststore.p12
+  keytool -importcert -noprompt -alias warren-wrong-ca -file wrongca.pem \
+    -keystore wrongca-truststore.p12 -storetype PKCS12 -storepass changeit >/dev/null 2>&1
 fi
 chmod 644 ./*.key
 echo "certs: made in $out"

@@ -5,7 +5,8 @@
 # AMQP client on the TLS port. Its last line is `tls: N passed, M failed`; exits non-zero on
 # a failure.
 #   WARREN_BROKER_BIN   Warren binary (default <repo>/target/release/warren)
-#   WARREN_TOOLS_DIR    where the venv lives (default <repo>/.tools; made when missing)
+#   WARREN_TOOLS_DIR    where the venv and Java jars live (default <repo>/.tools)
+#   TLS_EXTRA_SUITES    client suites after pika (default "go java": go.sh, java.sh)
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)" || exit 1
@@ -201,8 +202,8 @@ main() {
   check plain_tcp_on_tls_port_refused plain_tcp_refused
   check good_client_after_plain_tcp good_client_after
   check failed_handshake_logged handshake_logged
-  if [[ -n "${TLS_EXTRA_SUITES:-}" ]]; then
-    for suite in $TLS_EXTRA_SUITES; do
+  if [[ -n "${TLS_EXTRA_SUITES-go java}" ]]; then
+      for suite in ${TLS_EXTRA_SUITES-go java}; do
       check "$suite" bash "$HERE/$suite.sh" "$work_dir/certs" "$amqps_port" "$USER_NAME" \
         "$USER_PASS"
     done
