@@ -203,7 +203,7 @@ main() {
   check good_client_after_plain_tcp good_client_after
   check failed_handshake_logged handshake_logged
   if [[ -n "${TLS_EXTRA_SUITES-go java}" ]]; then
-      for suite in ${TLS_EXTRA_SUITES-go java}; do
+    for suite in ${TLS_EXTRA_SUITES-go java}; do
       check "$suite" bash "$HERE/$suite.sh" "$work_dir/certs" "$amqps_port" "$USER_NAME" \
         "$USER_PASS"
     done
