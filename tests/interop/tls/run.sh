@@ -13,8 +13,8 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)" || exit 1
 readonly REPO_ROOT HERE="$REPO_ROOT/tests/interop/tls"
 readonly TOOLS_DIR="${WARREN_TOOLS_DIR:-$REPO_ROOT/.tools}"
 readonly USER_NAME=tls-user USER_PASS=tls-pass
-kind="${1:?usage: run.sh warren|rabbitmq}"
-work_dir="$(mktemp -d /tmp/warren-tls.XXXXXX)"
+kind="${1:-}"
+work_dir="${work_dir:-$(mktemp -d /tmp/warren-tls.XXXXXX)}"
 # shellcheck source=../../../bench/brokers.sh
 source "$REPO_ROOT/bench/brokers.sh"
 passed=0
@@ -177,17 +177,22 @@ ensure_venv() {
   fi
 }
 
-main() {
-  trap cleanup EXIT
-  ensure_venv || { echo "tls: no venv with pika"; echo "tls: 0 passed, 1 failed"; exit 1; }
-  bash "$HERE/certs.sh" "$work_dir/certs" >/dev/null || exit 1
+# start_tls_broker KIND: certificates, free ports and the broker of that kind with TLS.
+start_tls_broker() {
+  bash "$HERE/certs.sh" "$work_dir/certs" >/dev/null || return 1
   amqp_port="$(free_port)" amqps_port="$(free_port)" http_port="$(free_port)"
   https_port="$(free_port)" prom_port="$(free_port)" proms_port="$(free_port)"
-  case "$kind" in
+  case "$1" in
     rabbitmq) start_rabbit_tls ;;
     warren) start_warren_tls ;;
     *) echo "usage: run.sh warren|rabbitmq"; exit 2 ;;
-  esac || { echo "tls: 0 passed, 1 failed"; exit 1; }
+  esac
+}
+
+main() {
+  trap cleanup EXIT
+  ensure_venv || { echo "tls: no venv with pika"; echo "tls: 0 passed, 1 failed"; exit 1; }
+  start_tls_broker "$kind" || { echo "tls: 0 passed, 1 failed"; exit 1; }
   echo "tls: $kind up: amqps 127.0.0.1:$amqps_port, https $https_port, prometheus $proms_port"
   check https_management_overview https_overview
   check https_wrong_ca_refused https_wrong_ca_refused
@@ -213,4 +218,6 @@ main() {
   [[ $failed -eq 0 ]]
 }
 
-main
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main
+fi
