@@ -13,8 +13,8 @@ pub enum DecodeError {
     /// The frame header declares a payload bigger than the negotiated `frame_max` allows.
     #[error(
         "frame too large: a frame of type {frame_type} on channel {channel} declares a \
-         {payload_size}-byte payload, {payload_size} + 8 bytes of header and frame-end exceeds \
-         frame_max {frame_max}"
+         {payload_size}-byte payload, larger than the negotiated frame_max {frame_max}; split \
+         bodies into frames of at most frame_max - 8 bytes"
     )]
     FrameTooLarge {
         frame_type: u8,

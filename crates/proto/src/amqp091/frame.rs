@@ -83,7 +83,8 @@ pub enum Frame {
 /// returns it. Incomplete: `Ok(None)`, `buf` untouched.
 ///
 /// Checks, before parsing or allocating anything, that the declared size fits `frame_max` (the
-/// negotiated maximum for the WHOLE frame including its 8 bytes of overhead, as RabbitMQ; 0 means
+/// negotiated maximum for the whole frame including its 8 bytes of overhead; as RabbitMQ, whose
+/// `FRAME_SIZE_FUDGE` forgives those 8 bytes, a payload of up to `frame_max` bytes passes; 0 means
 /// no limit; before connection.tune-ok a broker passes `FRAME_MIN_SIZE`, as the spec asks) and
 /// that the frame-end octet is 0xCE. Those errors leave `buf` untouched; errors in the payload
 /// consume the frame. Either way the connection must close with `reply_code()`.
@@ -115,10 +116,12 @@ pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>,
         payload_size,
         frame_max,
     };
-    let frame_size = u64::from(payload_size) + FRAME_OVERHEAD as u64;
-    if frame_max != 0 && frame_size > u64::from(frame_max) {
+    // RabbitMQ's FRAME_SIZE_FUDGE: a payload of up to frame_max bytes is accepted, 8 more than
+    // the limit on the whole frame allows, since clients that fill frames get it wrong by that.
+    if frame_max != 0 && payload_size > frame_max {
         return Err(too_large);
     }
+    let frame_size = u64::from(payload_size) + FRAME_OVERHEAD as u64;
     let frame_size = usize::try_from(frame_size).map_err(|_| too_large)?;
     let Some(&frame_end) = buf.get(frame_size - 1) else {
         return Ok(None);

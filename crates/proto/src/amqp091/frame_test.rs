@@ -138,22 +138,26 @@ fn oversize_frame_is_501_before_its_payload_arrives() {
     let mut buf = BytesMut::new();
     buf.put_u8(3);
     buf.put_u16(1);
-    buf.put_u32(FRAME_MIN_SIZE - 7); // 8 bytes of overhead make it 4097
+    // A payload of frame_max passes (RabbitMQ's FRAME_SIZE_FUDGE); one byte more does not.
+    buf.put_u32(FRAME_MIN_SIZE + 1);
     let err = decode_frame(&mut buf, FRAME_MIN_SIZE).unwrap_err();
     assert_eq!(
         err,
         DecodeError::FrameTooLarge {
             frame_type: 3,
             channel: 1,
-            payload_size: FRAME_MIN_SIZE - 7,
+            payload_size: FRAME_MIN_SIZE + 1,
             frame_max: FRAME_MIN_SIZE
         }
     );
     assert_eq!(err.reply_code(), reply_code::FRAME_ERROR);
     assert_eq!(buf.len(), 7, "nothing consumed");
-    // Exactly frame_max is fine (and incomplete here); 0 means no limit.
+    // A whole frame of frame_max, and a payload of frame_max, are fine (and incomplete here);
+    // 0 means no limit.
     let mut exact = BytesMut::from(&[3, 0, 1, 0, 0, 0x0F, 0xF8][..]);
     assert_eq!(decode_frame(&mut exact, FRAME_MIN_SIZE), Ok(None));
+    let mut fudged = BytesMut::from(&[3, 0, 1, 0, 0, 0x10, 0x00][..]);
+    assert_eq!(decode_frame(&mut fudged, FRAME_MIN_SIZE), Ok(None));
     let mut huge = BytesMut::from(&[3, 0, 1, 0xFF, 0xFF, 0xFF, 0xFF][..]);
     assert_eq!(decode_frame(&mut huge, 0), Ok(None));
 }

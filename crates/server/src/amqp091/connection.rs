@@ -32,6 +32,7 @@ use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method, ShortStr};
 
 use super::channel::Channel;
+use super::closing::Discard;
 use super::fault::{Cause, Fault};
 use super::publish::Pending;
 use super::throttle::Throttle;
@@ -688,19 +689,19 @@ impl Connection {
         if self.flush().await.is_err() {
             return;
         }
-        let wait_close_ok = async {
-            loop {
-                match self.read_frame().await {
-                    Ok(Frame::Method {
-                        method: Method::ConnectionCloseOk(_) | Method::ConnectionClose(_),
-                        ..
-                    })
-                    | Err(_) => return,
-                    Ok(_) => {}
-                }
-            }
-        };
+        let wait_close_ok = self.discard_until_close_ok();
         let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, wait_close_ok).await;
+    }
+
+    /// The closing state: reads and discards the peer's frames, payloads unread, until
+    /// connection.close-ok (or connection.close) arrives or the socket ends.
+    async fn discard_until_close_ok(&mut self) {
+        let mut discard = Discard::default();
+        while !discard.scan(&mut self.rbuf) {
+            if self.read_more().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Gives back deliveries that reached the outbox but were never written (their consumers

@@ -3,6 +3,7 @@
 mod annotations;
 mod authz;
 mod channel;
+mod closing;
 mod connection;
 mod consume;
 mod convert;

@@ -1,0 +1,87 @@
+//! Closing as RabbitMQ closes: after its connection.close for a hard error the broker reads and
+//! discards what the client still sends until close-ok (RabbitMQ's `closing` state), and a body
+//! frame whose payload is exactly frame_max passes (RabbitMQ's `FRAME_SIZE_FUDGE`).
+
+use warren_tests::raw::{Handshake, RawClient};
+use warren_tests::wire::{self, method, reply, Args};
+use warren_tests::{unique, TestBroker};
+
+/// Handshaken raw connection with frame_max 4096 and channel 1 open.
+async fn session(broker: &TestBroker) -> RawClient {
+    let options = Handshake {
+        frame_max: Some(4096),
+        ..Default::default()
+    };
+    let (mut client, _, tune) = RawClient::handshake(broker.addr(), options).await;
+    assert_eq!(tune.frame_max, 4096);
+    client.open_channel(1).await;
+    client
+}
+
+fn publish_method(routing_key: &str) -> Vec<u8> {
+    let args = Args::new()
+        .short(0)
+        .shortstr("")
+        .shortstr(routing_key)
+        .bits(&[false, false])
+        .build();
+    wire::method_frame(1, method::BASIC_PUBLISH, &args)
+}
+
+/// A client that writes a frame of several MB in one write, far over frame_max, reads the
+/// broker's connection.close (501 and its text) every time: the broker keeps reading and
+/// discarding until close-ok, as RabbitMQ, instead of closing under the client's write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_frame_written_whole_gets_the_close_not_a_reset() {
+    let broker = TestBroker::start().await;
+    let body = vec![b'x'; 4 * 1024 * 1024];
+    for run in 0..20 {
+        let mut client = session(&broker).await;
+        let mut bytes = publish_method("nowhere");
+        bytes.extend(wire::content_header_frame(1, body.len() as u64));
+        bytes.extend(wire::frame(wire::FRAME_BODY, 1, &body));
+        let written = client.send_lenient(&bytes).await;
+        assert!(written.is_ok(), "run {run}: write failed: {written:?}");
+        let close = client.expect_connection_close().await;
+        assert_eq!(close.code, reply::FRAME_ERROR, "run {run}: {close:?}");
+        // RabbitMQ: "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,4194304,4088}"
+        assert!(close.text.starts_with("FRAME_ERROR"), "{close:?}");
+        assert!(close.text.contains("frame_max 4096"), "{close:?}");
+        client.send_connection_close_ok().await;
+    }
+}
+
+/// A body frame whose payload is exactly frame_max is accepted (RabbitMQ allows 8 bytes over
+/// the frame size, `FRAME_SIZE_FUDGE`, since clients that fill frames get it wrong by that);
+/// one byte more is a 501.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_payload_of_frame_max_is_accepted() {
+    let broker = TestBroker::start().await;
+    let mut client = session(&broker).await;
+    let queue = unique("fudge");
+    let declare = Args::new()
+        .short(0)
+        .shortstr(&queue)
+        .bits(&[false, false, false, true, false])
+        .table(&[])
+        .build();
+    client.send_method(1, method::QUEUE_DECLARE, &declare).await;
+    client.expect_method(1, method::QUEUE_DECLARE_OK).await;
+    let body = vec![b'f'; 4096];
+    let mut bytes = publish_method(&queue);
+    bytes.extend(wire::content_header_frame(1, body.len() as u64));
+    bytes.extend(wire::frame(wire::FRAME_BODY, 1, &body));
+    client.send(&bytes).await;
+    let get = Args::new().short(0).shortstr(&queue).bits(&[true]).build();
+    client.send_method(1, method::BASIC_GET, &get).await;
+    client.expect_method(1, method::BASIC_GET_OK).await;
+    assert_eq!(client.read_content(1).await, body);
+
+    let mut bytes = publish_method(&queue);
+    bytes.extend(wire::content_header_frame(1, 4097));
+    bytes.extend(wire::frame(wire::FRAME_BODY, 1, &[b'f'; 4097]));
+    client.send(&bytes).await;
+    let close = client.expect_connection_close().await;
+    assert_eq!(close.code, reply::FRAME_ERROR, "{close:?}");
+    client.send_connection_close_ok().await;
+}
