@@ -85,3 +85,83 @@ async fn body_payload_of_frame_max_is_accepted() {
     assert_eq!(close.code, reply::FRAME_ERROR, "{close:?}");
     client.send_connection_close_ok().await;
 }
+
+/// On the client's connection.close the broker shuts every channel down before close-ok, as
+/// RabbitMQ: unacked messages are back in their queue and exclusive queues are gone by the
+/// time close-ok arrives, so a client that reconnects at once finds them so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_are_shut_down_before_close_ok() {
+    use lapin::options::{BasicQosOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    use warren_tests::{bounded, consume, declare_queue, next_delivery, passive_declare, publish};
+
+    let broker = TestBroker::start().await;
+    let (owner, channel) = broker.channel().await;
+    let shared = unique("q-shared");
+    declare_queue(&channel, &shared).await;
+    let exclusive = unique("q-exclusive");
+    let options = QueueDeclareOptions {
+        exclusive: true,
+        ..Default::default()
+    };
+    bounded!(channel.queue_declare(exclusive.as_str().into(), options, FieldTable::default()))
+        .expect("declare the exclusive queue");
+    for i in 0..5 {
+        publish(&channel, "", &shared, format!("m{i}").as_bytes()).await;
+    }
+    bounded!(channel.basic_qos(10, BasicQosOptions::default())).expect("qos");
+    let mut consumer = consume(&channel, &shared, false).await;
+    for _ in 0..5 {
+        next_delivery(&mut consumer).await;
+    }
+    bounded!(owner.close(200, "bye".into())).expect("close-ok");
+    // No waiting: close-ok came after the channels were shut down.
+    let other = broker.connect().await;
+    let queue = passive_declare(&other, &shared)
+        .await
+        .expect("the shared queue");
+    assert_eq!(
+        queue.message_count(),
+        5,
+        "unacked messages requeued before close-ok"
+    );
+    let gone = passive_declare(&other, &exclusive).await;
+    assert!(
+        gone.is_err(),
+        "the exclusive queue is deleted before close-ok"
+    );
+}
+
+/// The client's channel.close crosses the broker's own (a 404): the broker answers it with
+/// close-ok, keeps the channel id until the client's close-ok, and the connection carries on;
+/// the id can then be opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crossing_channel_close_is_answered_and_the_id_freed_at_close_ok() {
+    let broker = TestBroker::start().await;
+    let (mut client, _, _) = RawClient::handshake(broker.addr(), Handshake::default()).await;
+    client.open_channel(1).await;
+    let passive_missing = Args::new()
+        .short(0)
+        .shortstr(&unique("q-missing"))
+        .bits(&[true, false, false, false, false])
+        .table(&[])
+        .build();
+    let close = Args::new()
+        .short(200)
+        .shortstr("client closing")
+        .short(0)
+        .short(0)
+        .build();
+    // Both in one write: the broker's 404 channel.close and the client's close cross.
+    let mut bytes = wire::method_frame(1, method::QUEUE_DECLARE, &passive_missing);
+    bytes.extend(wire::method_frame(1, method::CHANNEL_CLOSE, &close));
+    client.send(&bytes).await;
+    let refused = client.expect_channel_close(1).await;
+    assert_eq!(refused.code, reply::NOT_FOUND, "{refused:?}");
+    client.expect_method(1, method::CHANNEL_CLOSE_OK).await;
+    client
+        .send_method(1, method::CHANNEL_CLOSE_OK, &Args::new().build())
+        .await;
+    // The id is free again and the connection is still open.
+    client.open_channel(1).await;
+}

@@ -150,8 +150,18 @@ impl Connection {
             ));
         };
         if channel.closing {
-            if matches!(method, Method::ChannelCloseOk(_) | Method::ChannelClose(_)) {
-                self.channels.remove(&id);
+            // We sent channel.close and wait for close-ok, as RabbitMQ's `closing` channel: a
+            // crossing channel.close from the client is answered with close-ok, the id stays
+            // taken until the client's close-ok, and anything else is dropped.
+            match method {
+                Method::ChannelCloseOk(_) => {
+                    self.channels.remove(&id);
+                }
+                Method::ChannelClose(_) => {
+                    self.out
+                        .method(id, &Method::ChannelCloseOk(Default::default()));
+                }
+                _ => {}
             }
             return Ok(false);
         }

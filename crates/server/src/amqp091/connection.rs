@@ -631,6 +631,11 @@ impl Connection {
         match method {
             Method::ConnectionClose(close) => {
                 tracing::debug!(connection = self.id, code = close.reply_code, text = %close.reply_text, "client closed");
+                // As RabbitMQ: every channel is shut down (consumers cancelled, unacked
+                // messages requeued, exclusive queues deleted) before close-ok, so a client
+                // that reconnects at close-ok finds them back. Boxed: the connection future,
+                // which every idle connection holds, stays small.
+                Box::pin(self.teardown()).await;
                 self.out
                     .method(0, &Method::ConnectionCloseOk(Default::default()));
                 let _ = self.flush().await;
