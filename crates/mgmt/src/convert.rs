@@ -85,7 +85,7 @@ pub fn text<'a>(body: &'a Map<String, Json>, key: &str) -> &'a str {
 
 /// The body's `routing_key`: at most 255 bytes, as AMQP's shortstr allows (the same key over
 /// AMQP could not be sent at all).
-pub fn routing_key<'a>(body: &'a Map<String, Json>) -> Result<&'a str, crate::error::ApiError> {
+pub fn routing_key(body: &Map<String, Json>) -> Result<&str, crate::error::ApiError> {
     let key = text(body, "routing_key");
     if key.len() > usize::from(u8::MAX) {
         return Err(crate::error::ApiError::bad_request(format!(
