@@ -11,6 +11,7 @@
 pub mod amqp10;
 pub mod amqp10_raw;
 pub mod client;
+pub mod http;
 pub mod raw;
 pub mod wire;
 

@@ -7,70 +7,13 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
+use warren_tests::http::Api;
 use warren_tests::{
     bounded, confirm_channel, connect_url, consume, eventually, get_all, message_count,
     next_delivery, publish, unique, TestBroker,
 };
 
 const LIMIT: Duration = Duration::from_secs(5);
-
-/// A client for one broker's API, as guest or another user.
-struct Api {
-    http: Client,
-    base: String,
-    user: String,
-    password: String,
-}
-
-impl Api {
-    fn new(broker: &TestBroker) -> Api {
-        let http = Client::builder()
-            .timeout(LIMIT)
-            .build()
-            .expect("build an HTTP client");
-        Api {
-            http,
-            base: broker.http_url(),
-            user: "guest".into(),
-            password: "guest".into(),
-        }
-    }
-
-    /// The same broker's API as another user.
-    fn as_user(&self, user: &str, password: &str) -> Api {
-        Api {
-            http: self.http.clone(),
-            base: self.base.clone(),
-            user: user.into(),
-            password: password.into(),
-        }
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .basic_auth(&self.user, Some(&self.password));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = bounded!(request.send()).expect("HTTP request");
-        let status = response.status();
-        let text = bounded!(response.text()).expect("HTTP body");
-        let json = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-        };
-        (status, json)
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, json) = self.send(Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {json}");
-        json
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_declared_over_http_is_seen_over_amqp_with_counts() {

@@ -6,70 +6,13 @@
 
 use std::time::Duration;
 
-use reqwest::{Client, Method, StatusCode};
-use serde_json::{json, Value};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use warren_tests::http::Api;
 use warren_tests::raw::{Handshake, RawClient};
 use warren_tests::{bounded, eventually, unique, TestBroker};
 
 const LIMIT: Duration = Duration::from_secs(5);
-
-/// A client for one broker's API as one user.
-struct Api {
-    http: Client,
-    base: String,
-    user: String,
-    password: String,
-}
-
-impl Api {
-    fn new(broker: &TestBroker) -> Api {
-        let http = Client::builder()
-            .timeout(LIMIT)
-            .build()
-            .expect("build an HTTP client");
-        Api {
-            http,
-            base: broker.http_url(),
-            user: "guest".into(),
-            password: "guest".into(),
-        }
-    }
-
-    fn as_user(&self, user: &str, password: &str) -> Api {
-        Api {
-            http: self.http.clone(),
-            base: self.base.clone(),
-            user: user.into(),
-            password: password.into(),
-        }
-    }
-
-    /// Status and body (JSON, or a JSON string of a non-JSON body).
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .basic_auth(&self.user, Some(&self.password));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = bounded!(request.send()).expect("HTTP request");
-        let status = response.status();
-        let text = bounded!(response.text()).expect("HTTP body");
-        let json = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        (status, json)
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, json) = self.send(Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {json}");
-        json
-    }
-}
 
 /// A path segment percent-encoded as clients do.
 fn encode(segment: &str) -> String {
@@ -88,36 +31,36 @@ async fn every_path_also_answers_with_a_trailing_slash() {
     let api = Api::new(&broker);
     let connection = broker.connect().await;
     eventually("one connection listed", LIMIT, || async {
-        api.get("/api/connections/")
+        api.get_any("/api/connections/")
             .await
             .as_array()
             .is_some_and(|l| l.len() == 1)
     })
     .await;
-    let name = api.get("/api/connections/").await[0]["name"]
+    let name = api.get_any("/api/connections/").await[0]["name"]
         .as_str()
         .expect("a connection name")
         .to_string();
     let one = api
-        .get(&format!("/api/connections/{}/", encode(&name)))
+        .get_any(&format!("/api/connections/{}/", encode(&name)))
         .await;
     assert_eq!(one["name"], name.as_str());
-    assert!(api.get("/api/overview/").await["object_totals"].is_object());
-    assert!(api.get("/api/queues/%2F/").await.is_array());
+    assert!(api.get_any("/api/overview/").await["object_totals"].is_object());
+    assert!(api.get_any("/api/queues/%2F/").await.is_array());
     let (status, body) = api
-        .send(
+        .send_any(
             Method::PUT,
             &format!("/api/queues/%2F/{}/", unique("slash")),
             None,
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "PUT with a slash: {body}");
-    let (status, body) = api.send(Method::GET, "/api/no-such-route/", None).await;
+    let (status, body) = api.send_any(Method::GET, "/api/no-such-route/", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"], "Object Not Found");
-    let (status, _) = api.send(Method::GET, "/", None).await;
+    let (status, _) = api.send_any(Method::GET, "/", None).await;
     assert_eq!(status, StatusCode::OK, "the UI still answers at /");
-    let (status, _) = api.send(Method::GET, "/app.js", None).await;
+    let (status, _) = api.send_any(Method::GET, "/app.js", None).await;
     assert_eq!(status, StatusCode::OK);
     drop(connection);
 }
@@ -146,7 +89,7 @@ async fn queue_types_other_than_classic_are_refused_with_rabbitmq_text() {
     for (body, kind, text) in refused {
         let queue = unique("typed");
         let path = format!("/api/queues/%2F/{queue}");
-        let (status, error) = api.send(Method::PUT, &path, Some(body)).await;
+        let (status, error) = api.send_any(Method::PUT, &path, Some(body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{kind}: {error}");
         assert_eq!(error["error"], "bad_request");
         let reason = error["reason"].as_str().expect("a reason");
@@ -157,7 +100,7 @@ async fn queue_types_other_than_classic_are_refused_with_rabbitmq_text() {
             "{reason}"
         );
         assert!(reason.contains(text), "{reason}");
-        let (status, _) = api.send(Method::GET, &path, None).await;
+        let (status, _) = api.send_any(Method::GET, &path, None).await;
         assert_eq!(
             status,
             StatusCode::NOT_FOUND,
@@ -166,14 +109,14 @@ async fn queue_types_other_than_classic_are_refused_with_rabbitmq_text() {
     }
     let classic = format!("/api/queues/%2F/{}", unique("classic"));
     let (status, _) = api
-        .send(
+        .send_any(
             Method::PUT,
             &classic,
             Some(json!({"queue_type": "classic"})),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    assert_eq!(api.get(&classic).await["type"], "classic");
+    assert_eq!(api.get_any(&classic).await["type"], "classic");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +127,7 @@ async fn one_identity_everywhere_and_the_cluster_name_can_be_changed() {
     }
     let api = Api::new(&broker);
     let identity = broker.core().identity();
-    let overview = api.get("/api/overview").await;
+    let overview = api.get_any("/api/overview").await;
     assert_eq!(overview["product_name"], "RabbitMQ");
     assert_eq!(overview["rabbitmq_version"], identity.version());
     assert_eq!(overview["product_version"], identity.version());
@@ -192,30 +135,33 @@ async fn one_identity_everywhere_and_the_cluster_name_can_be_changed() {
     assert_eq!(overview["warren_version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(overview["node"], identity.node_name.as_str());
     assert_eq!(
-        api.get("/api/nodes").await[0]["name"],
+        api.get_any("/api/nodes").await[0]["name"],
         identity.node_name.as_str()
     );
-    assert_eq!(api.get("/api/version").await, identity.version());
-    let definitions = api.get("/api/definitions").await;
+    assert_eq!(api.get_any("/api/version").await, identity.version());
+    let definitions = api.get_any("/api/definitions").await;
     assert_eq!(definitions["rabbitmq_version"], identity.version());
     assert_eq!(definitions["product_name"], "RabbitMQ");
 
     let name = unique("cluster");
     let (status, _) = api
-        .send(
+        .send_any(
             Method::PUT,
             "/api/cluster-name",
             Some(json!({"name": name})),
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(api.get("/api/cluster-name/").await, json!({"name": name}));
     assert_eq!(
-        api.get("/api/overview").await["cluster_name"],
+        api.get_any("/api/cluster-name/").await,
+        json!({"name": name})
+    );
+    assert_eq!(
+        api.get_any("/api/overview").await["cluster_name"],
         name.as_str()
     );
     assert_eq!(identity.cluster_name(), name);
-    let globals = api.get("/api/global-parameters").await;
+    let globals = api.get_any("/api/global-parameters").await;
     assert_eq!(globals[0], json!({"name": "cluster_name", "value": name}));
     let metrics = bounded!(reqwest::get(format!("{}/metrics", broker.prometheus_url())))
         .expect("GET /metrics");
@@ -225,12 +171,12 @@ async fn one_identity_everywhere_and_the_cluster_name_can_be_changed() {
         "identity_info keeps the new name"
     );
     let (status, _) = api
-        .send(Method::PUT, "/api/cluster-name", Some(json!({"name": 3})))
+        .send_any(Method::PUT, "/api/cluster-name", Some(json!({"name": 3})))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
     let (status, _) = api
-        .send(
+        .send_any(
             Method::PUT,
             "/api/users/watcher",
             Some(json!({"password": "w", "tags": "monitoring"})),
@@ -239,11 +185,11 @@ async fn one_identity_everywhere_and_the_cluster_name_can_be_changed() {
     assert_eq!(status, StatusCode::CREATED);
     let watcher = api.as_user("watcher", "w");
     assert_eq!(
-        watcher.get("/api/cluster-name").await["name"],
+        watcher.get_any("/api/cluster-name").await["name"],
         name.as_str()
     );
     let (status, _) = watcher
-        .send(Method::PUT, "/api/cluster-name", Some(json!({"name": "x"})))
+        .send_any(Method::PUT, "/api/cluster-name", Some(json!({"name": "x"})))
         .await;
     assert_eq!(
         status,
@@ -258,18 +204,18 @@ async fn closing_through_the_api_says_connection_forced_once() {
     let api = Api::new(&broker);
     let (mut client, _, _) = RawClient::handshake(broker.addr(), Handshake::default()).await;
     eventually("the raw connection is listed", LIMIT, || async {
-        api.get("/api/connections")
+        api.get_any("/api/connections")
             .await
             .as_array()
             .is_some_and(|l| l.len() == 1)
     })
     .await;
-    let name = api.get("/api/connections").await[0]["name"]
+    let name = api.get_any("/api/connections").await[0]["name"]
         .as_str()
         .expect("a connection name")
         .to_string();
     let (status, _) = api
-        .send(
+        .send_any(
             Method::DELETE,
             &format!("/api/connections/{}", encode(&name)),
             None,
@@ -288,18 +234,18 @@ async fn closing_through_the_api_says_connection_forced_once() {
 async fn health_checks_contexts_and_user_routes_of_rabbitmq_4() {
     let broker = TestBroker::start().await;
     let api = Api::new(&broker);
-    let overview = api.get("/api/overview").await;
+    let overview = api.get_any("/api/overview").await;
     let node = overview["node"].as_str().expect("a node name").to_string();
     assert_eq!(
-        api.get("/api/healthchecks/node").await,
+        api.get_any("/api/healthchecks/node").await,
         json!({"status": "ok"})
     );
     let own = api
-        .get(&format!("/api/healthchecks/node/{}", encode(&node)))
+        .get_any(&format!("/api/healthchecks/node/{}", encode(&node)))
         .await;
     assert_eq!(own, json!({"status": "ok"}));
     let (status, _) = api
-        .send(Method::GET, "/api/healthchecks/node/rabbit@elsewhere", None)
+        .send_any(Method::GET, "/api/healthchecks/node/rabbit@elsewhere", None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let port = reqwest::Url::parse(&broker.http_url())
@@ -321,12 +267,12 @@ async fn health_checks_contexts_and_user_routes_of_rabbitmq_4() {
         "protocol-listener/amqp091,http",
     ] {
         assert_eq!(
-            api.get(&format!("/api/health/checks/{check}")).await["status"],
+            api.get_any(&format!("/api/health/checks/{check}")).await["status"],
             "ok"
         );
     }
     let (status, _) = api
-        .send(
+        .send_any(
             Method::GET,
             "/api/health/checks/protocol-listener/mqtt",
             None,
@@ -337,18 +283,18 @@ async fn health_checks_contexts_and_user_routes_of_rabbitmq_4() {
     for user in ["bulk-a", "bulk-b"] {
         let body = json!({"password": "p", "tags": ""});
         let (status, _) = api
-            .send(Method::PUT, &format!("/api/users/{user}"), Some(body))
+            .send_any(Method::PUT, &format!("/api/users/{user}"), Some(body))
             .await;
         assert_eq!(status, StatusCode::CREATED);
     }
-    let lonely = api.get("/api/users/without-permissions").await;
+    let lonely = api.get_any("/api/users/without-permissions").await;
     assert!(lonely
         .as_array()
         .expect("a list")
         .iter()
         .any(|u| u["name"] == "bulk-a"));
     let (status, _) = api
-        .send(
+        .send_any(
             Method::POST,
             "/api/users/bulk-delete",
             Some(json!({"users": ["bulk-a", "bulk-b", "never-was"]})),
@@ -357,7 +303,7 @@ async fn health_checks_contexts_and_user_routes_of_rabbitmq_4() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     for user in ["bulk-a", "bulk-b"] {
         let (status, _) = api
-            .send(Method::GET, &format!("/api/users/{user}"), None)
+            .send_any(Method::GET, &format!("/api/users/{user}"), None)
             .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
@@ -367,11 +313,11 @@ async fn health_checks_contexts_and_user_routes_of_rabbitmq_4() {
 async fn rabbitmq_4_routes_are_served_or_refused_with_a_reason() {
     let broker = TestBroker::start().await;
     let api = Api::new(&broker);
-    assert_eq!(api.get("/api/extensions").await, json!([]));
+    assert_eq!(api.get_any("/api/extensions").await, json!([]));
     let queue = unique("per-vhost");
-    api.send(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
+    api.send_any(Method::PUT, &format!("/api/queues/%2F/{queue}"), None)
         .await;
-    let exported = api.get("/api/definitions/%2F").await;
+    let exported = api.get_any("/api/definitions/%2F").await;
     let queues = exported["queues"].as_array().expect("queues");
     let mine = queues
         .iter()
@@ -383,30 +329,30 @@ async fn rabbitmq_4_routes_are_served_or_refused_with_a_reason() {
     );
     assert!(exported.get("users").is_none());
     let (status, _) = api
-        .send(Method::DELETE, &format!("/api/queues/%2F/{queue}"), None)
+        .send_any(Method::DELETE, &format!("/api/queues/%2F/{queue}"), None)
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, body) = api
-        .send(Method::POST, "/api/definitions/%2F", Some(exported))
+        .send_any(Method::POST, "/api/definitions/%2F", Some(exported))
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
-    api.get(&format!("/api/queues/%2F/{queue}")).await;
+    api.get_any(&format!("/api/queues/%2F/{queue}")).await;
     let (status, body) = api
-        .send(
+        .send_any(
             Method::POST,
             &format!("/api/queues/%2F/{queue}/actions"),
             Some(json!({"action": "sync"})),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(api.get("/api/parameters").await.is_array());
-    assert!(api.get("/api/auth/hash_password/secret").await["ok"].is_string());
-    let node = api.get("/api/overview").await["node"]
+    assert!(api.get_any("/api/parameters").await.is_array());
+    assert!(api.get_any("/api/auth/hash_password/secret").await["ok"].is_string());
+    let node = api.get_any("/api/overview").await["node"]
         .as_str()
         .unwrap()
         .to_string();
     let (status, _) = api
-        .send(
+        .send_any(
             Method::POST,
             &format!("/api/vhosts/%2F/start/{}", encode(&node)),
             None,
@@ -428,7 +374,7 @@ async fn rabbitmq_4_routes_are_served_or_refused_with_a_reason() {
             "deprecated features",
         ),
     ] {
-        let (status, error) = api.send(method, path, None).await;
+        let (status, error) = api.send_any(method, path, None).await;
         assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{path}: {error}");
         assert_eq!(error["error"], "not_implemented");
         let reason = error["reason"].as_str().expect("a reason");
