@@ -37,6 +37,28 @@ pub struct ConnectionDetails {
     pub heartbeat: u16,
     /// Milliseconds since the epoch.
     pub connected_at_ms: u64,
+    /// The SASL mechanism the client logged in with (`PLAIN`, `AMQPLAIN`, `EXTERNAL`).
+    pub auth_mechanism: &'static str,
+    /// The TLS session of a connection made to a TLS listener.
+    pub tls: Option<Arc<TlsSession>>,
+}
+
+/// A TLS session as the management API shows it (RabbitMQ's `ssl_*` and `peer_cert_*`
+/// connection fields), and the client certificate's names that SASL EXTERNAL logs in with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TlsSession {
+    /// `tlsv1.3` or `tlsv1.2`, as RabbitMQ names them.
+    pub protocol: &'static str,
+    /// The cipher suite, as IANA names it.
+    pub cipher: String,
+    /// The client certificate's subject as RabbitMQ prints it (`O=org,CN=name`: RFC 4514,
+    /// last RDN first); `None` without a client certificate.
+    pub peer_cert_subject: Option<String>,
+    pub peer_cert_issuer: Option<String>,
+    /// RabbitMQ's `peer_cert_validity`: `{not_before,...},{not_after,...}`.
+    pub peer_cert_validity: Option<String>,
+    /// The subject's first common name.
+    pub peer_cert_common_name: Option<String>,
 }
 
 impl ConnectionDetails {
@@ -289,6 +311,8 @@ mod tests {
             frame_max: 131_072,
             heartbeat: 60,
             connected_at_ms: 0,
+            auth_mechanism: "PLAIN",
+            tls: None,
         }
     }
 

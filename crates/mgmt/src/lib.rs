@@ -18,10 +18,11 @@ mod prometheus_detailed;
 pub mod query;
 pub mod rates;
 mod routes;
+pub mod tls;
 pub mod ui;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,17 +35,42 @@ use warren_core::Broker;
 
 pub use rates::Rates;
 
-/// Where the management listeners bind; a port of `None` turns its listener off.
+/// The management listeners and what they list; `None` turns a listener off.
 #[derive(Debug, Clone)]
 pub struct MgmtConfig {
-    pub bind_address: IpAddr,
-    /// HTTP API (RabbitMQ's 15672); 0 picks a free port.
-    pub http_port: Option<u16>,
-    /// Prometheus (RabbitMQ's 15692); 0 picks a free port.
-    pub prometheus_port: Option<u16>,
-    /// The AMQP listener's address, listed by `/api/overview` and checked by port-listener.
-    pub amqp_addr: SocketAddr,
+    /// The HTTP API over plain HTTP (RabbitMQ's `management.tcp.*`, 15672); port 0 picks a
+    /// free port.
+    pub http: Option<SocketAddr>,
+    /// The HTTP API over HTTPS (RabbitMQ's `management.ssl.*`, 15671).
+    pub https: Option<TlsListener>,
+    /// Prometheus over plain HTTP (`prometheus.tcp.*`, 15692).
+    pub prometheus: Option<SocketAddr>,
+    /// Prometheus over HTTPS (`prometheus.ssl.*`, 15691).
+    pub prometheus_https: Option<TlsListener>,
+    /// The AMQP listeners, listed by `/api/overview` and checked by port-listener health
+    /// checks.
+    pub amqp_listeners: Vec<Listener>,
     pub data_dir: PathBuf,
+}
+
+/// A listener with TLS: where it binds and its rustls configuration (see [`tls`]).
+#[derive(Debug, Clone)]
+pub struct TlsListener {
+    pub addr: SocketAddr,
+    pub tls: Arc<rustls::ServerConfig>,
+    /// The broker's certificate file, for the certificate-expiration health check.
+    pub certfile: PathBuf,
+}
+
+/// A bound listener as `/api/overview` lists it.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `http`, `https`, `http/prometheus`,
+    /// `https/prometheus`.
+    pub protocol: &'static str,
+    pub addr: SocketAddr,
+    /// The certificate file of a TLS listener.
+    pub certfile: Option<PathBuf>,
 }
 
 /// What every handler shares.
@@ -54,8 +80,8 @@ pub struct ApiState {
     /// The broker identity's node name (`rabbit@<host>`), fixed for the broker's life.
     pub node: String,
     pub started: Instant,
-    /// `(protocol, address)` of every listener, for overview and health checks.
-    pub listeners: Vec<(&'static str, SocketAddr)>,
+    /// Every listener of the node, for overview and health checks.
+    pub listeners: Vec<Listener>,
 }
 
 /// The running management listeners.
@@ -99,16 +125,28 @@ pub async fn start_with_routes(
     shutdown: watch::Receiver<bool>,
     extend: impl FnOnce(Router<Arc<ApiState>>) -> Router<Arc<ApiState>>,
 ) -> io::Result<Mgmt> {
-    let http = bind(config.bind_address, config.http_port, "HTTP API").await?;
-    let prometheus = bind(config.bind_address, config.prometheus_port, "Prometheus").await?;
+    if config.https.is_some() || config.prometheus_https.is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "HTTPS for the management API and Prometheus is not served yet: remove the \
+             management.ssl.* and prometheus.ssl.* settings",
+        ));
+    }
+    let http = bind(config.http, "HTTP API").await?;
+    let prometheus = bind(config.prometheus, "Prometheus").await?;
     let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
     let prometheus_addr = prometheus
         .as_ref()
         .map(TcpListener::local_addr)
         .transpose()?;
-    let mut listeners = vec![("amqp", config.amqp_addr)];
-    listeners.extend(http_addr.map(|a| ("http", a)));
-    listeners.extend(prometheus_addr.map(|a| ("http/prometheus", a)));
+    let plain = |protocol, addr| Listener {
+        protocol,
+        addr,
+        certfile: None,
+    };
+    let mut listeners = config.amqp_listeners.clone();
+    listeners.extend(http_addr.map(|addr| plain("http", addr)));
+    listeners.extend(prometheus_addr.map(|addr| plain("http/prometheus", addr)));
     let rates = Arc::new(Rates::default());
     let state = Arc::new(ApiState {
         broker: broker.clone(),
@@ -139,11 +177,10 @@ pub async fn start_with_routes(
     })
 }
 
-async fn bind(ip: IpAddr, port: Option<u16>, what: &str) -> io::Result<Option<TcpListener>> {
-    let Some(port) = port else {
+async fn bind(addr: Option<SocketAddr>, what: &str) -> io::Result<Option<TcpListener>> {
+    let Some(addr) = addr else {
         return Ok(None);
     };
-    let addr = SocketAddr::new(ip, port);
     listen::bind_tcp(addr).map(Some).map_err(|error| {
         io::Error::new(
             error.kind(),

@@ -106,10 +106,19 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
     let mgmt_config = warren_mgmt::MgmtConfig {
-        bind_address: config.bind_address,
-        http_port: config.management_port,
-        prometheus_port: config.prometheus_port,
-        amqp_addr,
+        http: config
+            .management_port
+            .map(|port| SocketAddr::new(config.bind_address, port)),
+        https: None,
+        prometheus: config
+            .prometheus_port
+            .map(|port| SocketAddr::new(config.bind_address, port)),
+        prometheus_https: None,
+        amqp_listeners: vec![warren_mgmt::Listener {
+            protocol: "amqp",
+            addr: amqp_addr,
+            certfile: None,
+        }],
         data_dir: config.data_dir.clone(),
     };
     let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;

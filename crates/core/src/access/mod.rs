@@ -151,6 +151,27 @@ impl Access {
         password: &str,
         from_loopback: bool,
     ) -> Result<AuthUser, String> {
+        self.log_in(mechanism, user, Some(password), from_loopback)
+    }
+
+    /// Logs `user` in by a name established outside SASL (EXTERNAL: the client certificate's
+    /// name), as RabbitMQ's `check_user_login(Username, [])`: the user must exist; no password
+    /// is checked. Loopback-only users still connect from loopback only.
+    pub fn authenticate_external(
+        &self,
+        user: &str,
+        from_loopback: bool,
+    ) -> Result<AuthUser, String> {
+        self.log_in("EXTERNAL", user, None, from_loopback)
+    }
+
+    fn log_in(
+        &self,
+        mechanism: &str,
+        user: &str,
+        password: Option<&str>,
+        from_loopback: bool,
+    ) -> Result<AuthUser, String> {
         let snapshot = self.snapshot.load();
         let refused = || {
             format!(
@@ -159,7 +180,10 @@ impl Access {
             )
         };
         let record = snapshot.users.get(user).ok_or_else(refused)?;
-        if !verify_password(record.hashing_algorithm, &record.password_hash, password) {
+        let verified = password.is_none_or(|password| {
+            verify_password(record.hashing_algorithm, &record.password_hash, password)
+        });
+        if !verified {
             return Err(refused());
         }
         if !from_loopback && self.loopback_users.iter().any(|u| u == user) {

@@ -82,7 +82,7 @@ pub async fn protocol_listener(
     State(state): State<Arc<ApiState>>,
     Path(protocols): Path<String>,
 ) -> ApiResult<Json<Json_>> {
-    let active: Vec<&str> = state.listeners.iter().map(|(p, _)| *p).collect();
+    let active: Vec<&str> = state.listeners.iter().map(|l| l.protocol).collect();
     let mut missing = Vec::new();
     for wanted in protocols
         .split(',')
@@ -134,7 +134,7 @@ pub async fn certificate_expiration(
     let tls = state
         .listeners
         .iter()
-        .any(|(protocol, _)| protocol.contains("ssl") || protocol.starts_with("https"));
+        .any(|listener| listener.certfile.is_some());
     if tls {
         return Err(ApiError::not_implemented(
             "/api/health/checks/certificate-expiration: Warren does not check its TLS \
@@ -163,8 +163,9 @@ pub(crate) fn contexts(state: &ApiState) -> Json_ {
     let contexts: Vec<Json_> = state
         .listeners
         .iter()
-        .filter(|(protocol, _)| protocol.starts_with("http"))
-        .map(|(protocol, addr)| {
+        .filter(|listener| listener.protocol.starts_with("http"))
+        .map(|listener| {
+            let (protocol, addr) = (listener.protocol, listener.addr);
             let prometheus = protocol.ends_with("prometheus");
             json!({
                 "ssl_opts": [],

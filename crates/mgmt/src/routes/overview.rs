@@ -130,9 +130,10 @@ fn add_node_wide(state: &ApiState, body: &mut Json_) {
     let listeners: Vec<Json_> = state
         .listeners
         .iter()
-        .map(|(protocol, addr)| {
-            json!({"node": state.node, "protocol": protocol,
-                   "ip_address": addr.ip().to_string(), "port": addr.port(), "socket_opts": {}})
+        .map(|listener| {
+            json!({"node": state.node, "protocol": listener.protocol,
+                   "ip_address": listener.addr.ip().to_string(), "port": listener.addr.port(),
+                   "socket_opts": {}})
         })
         .collect();
     body["node"] = json!(state.node);
@@ -246,7 +247,7 @@ pub async fn port_listener(
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::bad_request(format!("invalid port {port}")))?;
-    let ports: Vec<u16> = state.listeners.iter().map(|(_, a)| a.port()).collect();
+    let ports: Vec<u16> = state.listeners.iter().map(|l| l.addr.port()).collect();
     if ports.contains(&port) {
         Ok(Json(json!({"status": "ok", "port": port})))
     } else {

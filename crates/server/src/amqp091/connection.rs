@@ -480,6 +480,8 @@ impl Connection {
             channel_max: self.tuning.channel_max,
             frame_max: self.tuning.frame_max,
             heartbeat: self.tuning.heartbeat,
+            auth_mechanism: "PLAIN",
+            tls: None,
             connected_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
