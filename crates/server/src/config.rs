@@ -8,13 +8,14 @@
 mod rabbitmq_conf;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use warren_core::alarm::{self, parse_information_unit};
 pub use warren_core::alarm::{DiskFreeLimit, MemoryWatermark};
+pub use warren_mgmt::tls::{TlsOptions, Verify};
 
 /// The longest `delivery_hold_ms` accepted.
 const DELIVERY_HOLD_MS_MAX: u64 = 1000;
@@ -98,7 +99,74 @@ pub struct Config {
     pub rabbitmq_version: Option<String>,
     /// Server properties sent in connection.start and AMQP 1.0 open, over the built-in ones.
     pub server_properties: BTreeMap<String, String>,
+    /// AMQP listeners over plain TCP (RabbitMQ's `listeners.tcp.*`): `"5672"` (on
+    /// `bind_address`), `"127.0.0.1:5672"`, `"::1:5672"` or `"[::1]:5672"`. Unset: one on
+    /// `bind_address` and `amqp_port`; empty: none (a TLS-only broker).
+    pub amqp_listeners: Option<Vec<String>>,
+    /// AMQP listeners over TLS (`listeners.ssl.*`, RabbitMQ's 5671), in the same forms; they
+    /// serve AMQP 0.9.1 and 1.0 with `ssl_options`.
+    pub amqps_listeners: Vec<String>,
+    /// TLS settings of the AMQPS listeners (RabbitMQ's `ssl_options.*`).
+    pub ssl_options: TlsOptions,
+    /// SASL mechanisms offered, in order (RabbitMQ's `auth_mechanisms.N`): `PLAIN`,
+    /// `AMQPLAIN`, `EXTERNAL` (to TLS clients) and `ANONYMOUS` (AMQP 1.0 clients on loopback).
+    pub auth_mechanisms: Vec<String>,
+    /// Which name of a client certificate SASL EXTERNAL logs in as (RabbitMQ's
+    /// `ssl_cert_login_from`).
+    pub ssl_cert_login_from: CertLoginFrom,
+    /// Address of the management API's HTTP listener (`management.tcp.ip`); unset:
+    /// `bind_address`.
+    pub management_ip: Option<IpAddr>,
+    /// Address of the Prometheus HTTP listener (`prometheus.tcp.ip`); unset: `bind_address`.
+    pub prometheus_ip: Option<IpAddr>,
+    /// The management API over HTTPS (RabbitMQ's `management.ssl.*`).
+    pub management_ssl: Option<HttpsConfig>,
+    /// Prometheus over HTTPS (`prometheus.ssl.*`).
+    pub prometheus_ssl: Option<HttpsConfig>,
 }
+
+/// RabbitMQ's `ssl_cert_login_from`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertLoginFrom {
+    /// The certificate's whole subject, as RabbitMQ prints it (`O=org,CN=name`).
+    #[default]
+    DistinguishedName,
+    /// The subject's first common name.
+    CommonName,
+}
+
+/// An HTTPS listener (`management.ssl.*`, `prometheus.ssl.*`): where it binds and its TLS
+/// settings, named as `ssl_options.*`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpsConfig {
+    pub port: u16,
+    /// Unset: `bind_address`.
+    pub ip: Option<IpAddr>,
+    pub cacertfile: Option<PathBuf>,
+    pub certfile: Option<PathBuf>,
+    pub keyfile: Option<PathBuf>,
+    pub verify: Verify,
+    pub fail_if_no_peer_cert: bool,
+    pub versions: Vec<String>,
+}
+
+impl HttpsConfig {
+    pub fn tls_options(&self) -> TlsOptions {
+        TlsOptions {
+            cacertfile: self.cacertfile.clone(),
+            certfile: self.certfile.clone(),
+            keyfile: self.keyfile.clone(),
+            verify: self.verify,
+            fail_if_no_peer_cert: self.fail_if_no_peer_cert,
+            versions: self.versions.clone(),
+        }
+    }
+}
+
+/// The SASL mechanisms Warren implements.
+pub const AUTH_MECHANISMS: [&str; 4] = ["PLAIN", "AMQPLAIN", "EXTERNAL", "ANONYMOUS"];
 
 impl Default for Config {
     fn default() -> Self {
@@ -132,6 +200,15 @@ impl Default for Config {
             cluster_name: None,
             rabbitmq_version: None,
             server_properties: BTreeMap::new(),
+            amqp_listeners: None,
+            amqps_listeners: Vec::new(),
+            ssl_options: TlsOptions::default(),
+            auth_mechanisms: vec!["PLAIN".into(), "AMQPLAIN".into(), "ANONYMOUS".into()],
+            ssl_cert_login_from: CertLoginFrom::default(),
+            management_ip: None,
+            prometheus_ip: None,
+            management_ssl: None,
+            prometheus_ssl: None,
         }
     }
 }
@@ -208,6 +285,30 @@ impl Config {
         }
     }
 
+    /// The plain AMQP listeners' addresses.
+    pub fn amqp_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        match &self.amqp_listeners {
+            None => Ok(vec![SocketAddr::new(self.bind_address, self.amqp_port)]),
+            Some(listeners) => self.listener_addrs("amqp_listeners", listeners),
+        }
+    }
+
+    /// The AMQPS listeners' addresses.
+    pub fn amqps_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        self.listener_addrs("amqps_listeners", &self.amqps_listeners)
+    }
+
+    fn listener_addrs(&self, key: &str, listeners: &[String]) -> Result<Vec<SocketAddr>, String> {
+        listeners
+            .iter()
+            .map(|listener| {
+                let (ip, port) =
+                    rabbitmq_conf::listener_address(listener).map_err(|e| format!("{key}: {e}"))?;
+                Ok(SocketAddr::new(ip.unwrap_or(self.bind_address), port))
+            })
+            .collect()
+    }
+
     fn validate(&self) -> Result<(), String> {
         if self.frame_max != 0 && self.frame_max < 4096 {
             return Err(format!(
@@ -227,6 +328,17 @@ impl Config {
         if self.channel_max == 0 {
             return Err("channel_max must be at least 1".into());
         }
+        for mechanism in &self.auth_mechanisms {
+            if !AUTH_MECHANISMS.contains(&mechanism.as_str()) {
+                return Err(format!(
+                    "auth_mechanisms: Warren does not implement the SASL mechanism \
+                     '{mechanism}'; use {}",
+                    AUTH_MECHANISMS.join(", ")
+                ));
+            }
+        }
+        self.amqp_addrs()?;
+        self.amqps_addrs()?;
         if self.delivery_hold_ms > DELIVERY_HOLD_MS_MAX {
             return Err(format!(
                 "delivery_hold_ms = {} is above {DELIVERY_HOLD_MS_MAX}: consumers would wait that \

@@ -6,17 +6,26 @@ pub mod config;
 mod encode_buffer;
 pub mod log_writer;
 pub mod resource_monitor;
+mod sasl;
+pub mod socket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use bytes::BytesMut;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use warren_core::broker::StorageConfig;
 use warren_core::{Bootstrap, Broker};
+use warren_mgmt::tls;
+
+use socket::{Client, Socket};
 
 pub use config::Config;
 use resource_monitor::ResourceMonitor;
@@ -27,9 +36,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A broker started in this process (the `warren server` command and the tests use it).
 pub struct RunningBroker {
     broker: Arc<Broker>,
-    amqp_addr: SocketAddr,
+    amqp_addrs: Vec<SocketAddr>,
+    amqps_addrs: Vec<SocketAddr>,
     shutdown_tx: watch::Sender<bool>,
-    acceptor: tokio::task::JoinHandle<()>,
+    acceptors: Vec<tokio::task::JoinHandle<()>>,
     monitor: tokio::task::JoinHandle<()>,
     mgmt: warren_mgmt::Mgmt,
 }
@@ -41,9 +51,24 @@ impl RunningBroker {
         &self.broker
     }
 
-    /// The address the AMQP 0.9.1 listener is bound to (the real port when 0 was asked).
+    /// The address the first plain AMQP listener is bound to (the real port when 0 was
+    /// asked), else the first TLS one's.
     pub fn amqp_addr(&self) -> SocketAddr {
-        self.amqp_addr
+        self.amqp_addrs
+            .first()
+            .or(self.amqps_addrs.first())
+            .copied()
+            .expect("invariant: the broker has at least one AMQP listener")
+    }
+
+    /// Every plain AMQP listener's address.
+    pub fn amqp_addrs(&self) -> &[SocketAddr] {
+        &self.amqp_addrs
+    }
+
+    /// Every AMQPS (TLS) listener's address.
+    pub fn amqps_addrs(&self) -> &[SocketAddr] {
+        &self.amqps_addrs
     }
 
     /// The management HTTP API's address, when it is on.
@@ -65,7 +90,8 @@ impl RunningBroker {
     /// they are gone (or the grace period ends).
     pub async fn shutdown(self) {
         let _ = self.shutdown_tx.send(true);
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, self.acceptor).await;
+        let acceptors = futures_join_all(self.acceptors);
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, acceptors).await;
         let _ = self.monitor.await;
         // HTTP clients may keep connections open: give them the grace period, no more.
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.mgmt.join()).await;
@@ -96,29 +122,48 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     broker.set_disk_free_limit(config.disk_free_limit);
     let mut monitor = ResourceMonitor::new(broker.clone(), config.data_dir.clone());
     monitor.sample(); // alarms are in effect before the first client connects
-    let bind = SocketAddr::new(config.bind_address, config.amqp_port);
-    let listener = warren_mgmt::listen::bind_tcp(bind).with_context(|| {
-        format!("cannot listen for AMQP on {bind}: is another broker running? (set --amqp-port)")
-    })?;
-    limit_segment_size(&listener);
-    let amqp_addr = listener.local_addr()?;
-    tracing::info!(%amqp_addr, data_dir = %config.data_dir.display(), "AMQP 0.9.1 listener ready, listening on {amqp_addr}");
+    let listeners = bind_amqp(&config)?;
+    if listeners.is_empty() {
+        anyhow::bail!(
+            "no AMQP listener: give listeners.tcp.* or listeners.ssl.* (amqp_listeners or \
+             amqps_listeners) at least one address"
+        );
+    }
+    let https = |name: &str, https: &Option<config::HttpsConfig>, default_ip| {
+        https
+            .as_ref()
+            .map(|https| -> anyhow::Result<warren_mgmt::TlsListener> {
+                let options = https.tls_options();
+                Ok(warren_mgmt::TlsListener {
+                    addr: SocketAddr::new(https.ip.unwrap_or(default_ip), https.port),
+                    tls: tls::server_config(&options, name).map_err(anyhow::Error::msg)?,
+                    certfile: options.certfile.clone().unwrap_or_default(),
+                })
+            })
+            .transpose()
+    };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
     let mgmt_config = warren_mgmt::MgmtConfig {
-        http: config
-            .management_port
-            .map(|port| SocketAddr::new(config.bind_address, port)),
-        https: None,
-        prometheus: config
-            .prometheus_port
-            .map(|port| SocketAddr::new(config.bind_address, port)),
-        prometheus_https: None,
-        amqp_listeners: vec![warren_mgmt::Listener {
-            protocol: "amqp",
-            addr: amqp_addr,
-            certfile: None,
-        }],
+        http: config.management_port.map(|port| {
+            SocketAddr::new(config.management_ip.unwrap_or(config.bind_address), port)
+        }),
+        https: https("management.ssl", &config.management_ssl, config.bind_address)?,
+        prometheus: config.prometheus_port.map(|port| {
+            SocketAddr::new(config.prometheus_ip.unwrap_or(config.bind_address), port)
+        }),
+        prometheus_https: https("prometheus.ssl", &config.prometheus_ssl, config.bind_address)?,
+        amqp_listeners: listeners
+            .iter()
+            .map(|listener| warren_mgmt::Listener {
+                protocol: if listener.tls.is_some() { "amqp/ssl" } else { "amqp" },
+                addr: listener.addr,
+                certfile: listener
+                    .tls
+                    .as_ref()
+                    .map(|_| config.ssl_options.certfile.clone().unwrap_or_default()),
+            })
+            .collect(),
         data_dir: config.data_dir.clone(),
     };
     let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;
@@ -127,30 +172,110 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         config: Arc::new(config),
         shutdown: shutdown_rx,
     });
-    let acceptor = tokio::spawn(accept_loop(listener, shared));
+    let (mut amqp_addrs, mut amqps_addrs) = (Vec::new(), Vec::new());
+    let mut acceptors = Vec::new();
+    for listener in listeners {
+        let addrs = if listener.tls.is_some() { &mut amqps_addrs } else { &mut amqp_addrs };
+        addrs.push(listener.addr);
+        acceptors.push(tokio::spawn(accept_loop(listener, shared.clone())));
+    }
     Ok(RunningBroker {
         broker,
-        amqp_addr,
+        amqp_addrs,
+        amqps_addrs,
         shutdown_tx,
-        acceptor,
+        acceptors,
         monitor,
         mgmt,
     })
 }
 
+/// How long a client has from its connection (or its TLS handshake) to finish the AMQP
+/// handshake: the protocol header, authentication and open.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A bound AMQP listener; with `tls`, an AMQPS one.
+struct AmqpListener {
+    socket: TcpListener,
+    addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
+}
+
+/// Binds every AMQP listener the configuration names, plain then TLS.
+fn bind_amqp(config: &Config) -> anyhow::Result<Vec<AmqpListener>> {
+    let plain = config.amqp_addrs().map_err(anyhow::Error::msg)?;
+    let secure = config.amqps_addrs().map_err(anyhow::Error::msg)?;
+    let acceptor = if secure.is_empty() {
+        None
+    } else {
+        let server_config =
+            tls::server_config(&config.ssl_options, "ssl_options").map_err(anyhow::Error::msg)?;
+        Some(TlsAcceptor::from(server_config))
+    };
+    let mut listeners = Vec::new();
+    let all = plain
+        .into_iter()
+        .map(|addr| (addr, None))
+        .chain(secure.into_iter().map(|addr| (addr, acceptor.clone())));
+    for (bind, tls) in all {
+        let what = if tls.is_some() { "AMQPS" } else { "AMQP" };
+        let socket = warren_mgmt::listen::bind_tcp(bind).with_context(|| {
+            format!("cannot listen for {what} on {bind}: is another broker running? (change the listener's port)")
+        })?;
+        limit_segment_size(&socket);
+        let addr = socket.local_addr()?;
+        tracing::info!(%addr, data_dir = %config.data_dir.display(), "{what} listener ready (AMQP 0.9.1 and 1.0), listening on {addr}");
+        listeners.push(AmqpListener { socket, addr, tls });
+    }
+    Ok(listeners)
+}
+
 /// Serves one accepted socket with the protocol its header names. The AMQP 1.0 connection is
 /// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
-async fn serve(socket: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<amqp091::Shared>) {
-    // A client that has not even sent its protocol header is dropped at shutdown.
-    let Some(amqp10) = unless_shutdown(shared.shutdown.clone(), amqp10::is_amqp10(&socket)).await
-    else {
+async fn serve(socket: Socket, peer: SocketAddr, local: SocketAddr, shared: Arc<amqp091::Shared>) {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let tls = socket.tls_session();
+    let (mut reader, writer) = socket.split();
+    let mut start = BytesMut::with_capacity(PROTOCOL_HEADER_BYTES);
+    // A client that has not even sent its protocol header is dropped at shutdown; one that
+    // sends none within the handshake timeout too.
+    let sniff = tokio::time::timeout_at(deadline, sniff(&mut reader, &mut start));
+    let Some(Ok(amqp10)) = unless_shutdown(shared.shutdown.clone(), sniff).await else {
+        tracing::debug!(%peer, "no protocol header within the handshake timeout");
         return;
     };
+    let client = Box::new(Client {
+        reader,
+        writer,
+        peer,
+        local,
+        tls,
+        start,
+        deadline,
+    });
     if amqp10 {
-        Box::pin(amqp10::serve(socket, peer, shared)).await;
+        Box::pin(amqp10::serve(client, shared)).await;
     } else {
-        amqp091::serve(socket, peer, shared).await;
+        amqp091::serve(client, shared).await;
     }
+}
+
+/// Both AMQP versions' protocol headers are 8 bytes.
+const PROTOCOL_HEADER_BYTES: usize = 8;
+
+/// Reads the start of the client's protocol header into `start` (which the connection then
+/// parses): until it is whole or can no longer be AMQP 1.0's. Whether it is AMQP 1.0's.
+async fn sniff(reader: &mut socket::SocketReader, start: &mut BytesMut) -> bool {
+    while start.len() < PROTOCOL_HEADER_BYTES {
+        if !amqp10::may_begin_amqp10_header(start) {
+            return false;
+        }
+        match reader.read_buf(start).await {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    amqp10::is_amqp10_header(&start[..PROTOCOL_HEADER_BYTES])
 }
 
 /// What `future` gives, unless the broker starts shutting down first (`None`): for a client
@@ -165,15 +290,31 @@ pub(crate) async fn unless_shutdown<F: std::future::Future>(
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
+async fn accept_loop(listener: AmqpListener, shared: Arc<amqp091::Shared>) {
     let mut connections = JoinSet::new();
     let mut shutdown = shared.shutdown.clone();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.socket.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let peer = warren_mgmt::listen::canonical_peer(peer);
-                    connections.spawn(serve(socket, peer, shared.clone()));
+                    let local = socket.local_addr().unwrap_or(listener.addr);
+                    let shared = shared.clone();
+                    match &listener.tls {
+                        None => connections.spawn(serve(Socket::Tcp(socket), peer, local, shared)),
+                        Some(acceptor) => {
+                            let acceptor = acceptor.clone();
+                            connections.spawn(async move {
+                                let handshake = tls::accept(&acceptor, socket, peer, "AMQPS");
+                                let Some(Some(stream)) =
+                                    unless_shutdown(shared.shutdown.clone(), handshake).await
+                                else {
+                                    return;
+                                };
+                                serve(Socket::Tls(Box::new(stream)), peer, local, shared).await;
+                            })
+                        }
+                    };
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: log, pause, keep serving.
@@ -189,6 +330,13 @@ async fn accept_loop(listener: TcpListener, shared: Arc<amqp091::Shared>) {
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
         connections.abort_all();
+    }
+}
+
+/// Waits for every task (their results do not matter).
+async fn futures_join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
+        let _ = task.await;
     }
 }
 

@@ -173,7 +173,10 @@ fn the_connection_future_is_small() {
             config: std::sync::Arc::new(warren_server::Config::default()),
             shutdown: tokio::sync::watch::channel(false).1,
         });
-        let future = warren_server::amqp091::serve(socket, peer, shared);
+        let future = warren_server::amqp091::serve(
+            Box::new(warren_server::socket::Client::tcp(socket, peer)),
+            shared,
+        );
         let bytes = std::mem::size_of_val(&future);
         println!("the connection future: {bytes} bytes");
         assert!(

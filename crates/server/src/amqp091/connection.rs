@@ -19,14 +19,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use rustc_hash::FxHashMap;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, Sleep};
 use warren_core::access::Grant;
 use warren_core::consumer::{ConnectionId, Event, Outbox};
 use warren_core::queue::SettleOp;
-use warren_core::registry::{ConnectionDetails, ConnectionEntry, GlobalCounters, Registration};
+use warren_core::registry::{
+    ConnectionDetails, ConnectionEntry, GlobalCounters, Registration, TlsSession,
+};
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::Broker;
 use warren_proto::amqp091::{self as wire, reply_code, ConnectionClose, Frame, Method, ShortStr};
@@ -38,6 +38,7 @@ use super::publish::Pending;
 use super::throttle::Throttle;
 use super::writer::Writer;
 use crate::config::Config;
+use crate::socket::{Client, SocketReader, SocketWriter};
 
 /// Read space reserved before each read: starts small so idle connections stay small, doubles
 /// while reads fill it (a busy publisher then gets many frames per syscall), halves when they
@@ -49,8 +50,7 @@ const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
 /// read into and keep all of it alive, so a buffer per small read would make each queued
 /// message of a slow publisher cost a whole chunk.
 const READ_SPACE_MIN_BYTES: usize = 1024;
-/// How long a client has to finish the handshake (RabbitMQ's `handshake_timeout`).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long we wait for close-ok after sending connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Deliveries held back to be written with later ones (see `Connection::hold_deliveries`)
@@ -91,9 +91,15 @@ pub struct Connection {
     pub(super) id: ConnectionId,
     pub(super) shared: Arc<Shared>,
     pub(super) peer: SocketAddr,
-    reader: OwnedReadHalf,
-    socket_w: OwnedWriteHalf,
-    rbuf: BytesMut,
+    /// Where the client connected to.
+    local: SocketAddr,
+    /// The TLS session, on a TLS listener.
+    pub(super) tls: Option<Arc<TlsSession>>,
+    /// The SASL mechanism the client logged in with.
+    pub(super) auth_mechanism: &'static str,
+    reader: SocketReader,
+    socket_w: SocketWriter,
+    pub(super) rbuf: BytesMut,
     read_chunk: usize,
     pub(super) out: Writer,
     pub(super) outbox: Arc<Outbox>,
@@ -136,9 +142,16 @@ pub struct Connection {
 }
 
 /// Serves one accepted socket until it closes.
-pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let _ = socket.set_nodelay(true);
-    let (reader, socket_w) = socket.into_split();
+pub async fn serve(client: Box<Client>, shared: Arc<Shared>) {
+    let Client {
+        reader,
+        writer: socket_w,
+        peer,
+        local,
+        tls,
+        start,
+        deadline,
+    } = *client;
     let id = shared.broker.next_id();
     let tuning = Tuning {
         frame_max: shared.config.frame_max,
@@ -151,9 +164,12 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         id,
         shared,
         peer,
+        local,
+        tls,
+        auth_mechanism: "PLAIN",
         reader,
         socket_w,
-        rbuf: BytesMut::new(),
+        rbuf: start,
         read_chunk: READ_CHUNK_MIN_BYTES,
         out: Writer::default(),
         outbox: Outbox::new(),
@@ -181,7 +197,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     // Boxed: it runs once, and the connection future, which every idle connection holds, is
     // as large as its largest await.
     let shutdown = conn.shared.shutdown.clone();
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake());
+    let handshake = tokio::time::timeout_at(deadline, conn.handshake());
     let handshake = Box::pin(crate::unless_shutdown(shutdown, handshake))
         .await
         .unwrap_or_else(|| Ok(Err(Fault::Gone("broker shutting down".into()))));
@@ -470,7 +486,7 @@ impl Connection {
             protocol: "AMQP 0-9-1",
             peer: self.peer,
             // Where the client connected to: the connection's name is `peer -> local`.
-            local: self.reader.local_addr().unwrap_or(self.peer),
+            local: self.local,
             user: self.user.clone(),
             vhost: self
                 .vhost
@@ -480,8 +496,8 @@ impl Connection {
             channel_max: self.tuning.channel_max,
             frame_max: self.tuning.frame_max,
             heartbeat: self.tuning.heartbeat,
-            auth_mechanism: "PLAIN",
-            tls: None,
+            auth_mechanism: self.auth_mechanism,
+            tls: self.tls.clone(),
             connected_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -789,7 +805,7 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
 /// there was. A buffer that was given back is reserved again only once the socket is readable,
 /// so that a connection waiting for its client holds none.
 async fn read_into(
-    reader: &mut OwnedReadHalf,
+    reader: &mut SocketReader,
     rbuf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<(usize, usize)> {

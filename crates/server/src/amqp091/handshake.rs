@@ -13,14 +13,16 @@ use warren_core::identity::Identity;
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
 
-const MECHANISMS: &str = "PLAIN AMQPLAIN";
+/// The mechanisms AMQP 0.9.1 implements, in the order `auth_mechanisms` may list them.
+const MECHANISMS: [&str; 3] = ["PLAIN", "AMQPLAIN", "EXTERNAL"];
 
 impl Connection {
     pub(super) async fn handshake(&mut self) -> Result<(), Fault> {
         self.protocol_header().await?;
+        let mechanisms = self.mechanisms().join(" ");
         self.out.method(
             0,
-            &Method::ConnectionStart(server_start(self.shared.broker.identity())),
+            &Method::ConnectionStart(server_start(self.shared.broker.identity(), mechanisms)),
         );
         self.flush().await?;
         let start_ok = match self.read_frame().await? {
@@ -51,9 +53,11 @@ impl Connection {
 
     async fn protocol_header(&mut self) -> Result<(), Fault> {
         loop {
-            let buffered = self.read_more().await?;
-            match wire::check_protocol_header(buffered) {
-                ProtocolHeader::Incomplete => continue,
+            // The listener has read the header's first bytes already.
+            match wire::check_protocol_header(&self.rbuf) {
+                ProtocolHeader::Incomplete => {
+                    self.read_more().await?;
+                }
                 ProtocolHeader::Valid => {
                     self.consume_bytes(PROTOCOL_HEADER.len());
                     return Ok(());
@@ -81,51 +85,74 @@ impl Connection {
         // Without the length prefix; a fresh allocation, not a slice of the read buffer.
         self.client_properties = encoded.freeze().slice(4..);
         let mechanism = start_ok.mechanism.as_str();
-        let credentials = match mechanism {
-            "PLAIN" => parse_plain(&start_ok.response),
-            "AMQPLAIN" => parse_amqplain(&start_ok.response),
-            other => {
-                return Err(Fault::connection(
-                    reply_code::ACCESS_REFUSED,
-                    format!(
-                        "unsupported authentication mechanism '{other}', use one of {MECHANISMS}"
-                    ),
-                    Cause::default(),
-                ))
-            }
-        };
-        let Some((user, password)) = credentials else {
+        let Some(mechanism) = self.mechanisms().into_iter().find(|m| *m == mechanism) else {
+            // RabbitMQ's `auth_mechanism_to_module`.
+            let known = crate::config::AUTH_MECHANISMS.contains(&mechanism);
+            let adjective = if known { "invalid" } else { "unknown" };
             return Err(Fault::connection(
-                reply_code::ACCESS_REFUSED,
-                format!("malformed {mechanism} response"),
+                reply_code::COMMAND_INVALID,
+                format!("{adjective} authentication mechanism '{mechanism}'"),
                 Cause::default(),
             ));
         };
         let loopback = self.peer.ip().is_loopback();
-        if let Err(text) = self
-            .shared
-            .broker
-            .access()
-            .authenticate(mechanism, &user, &password, loopback)
-            .map(drop)
-        {
-            tracing::warn!(peer = %self.peer, %user, "authentication failed: {text}");
-            if !self.caps.authentication_failure_close {
-                // Clients without the capability expect the socket to just close.
-                return Err(Fault::Gone("authentication failed".into()));
+        let access = self.shared.broker.access();
+        let outcome = match mechanism {
+            "EXTERNAL" => {
+                crate::sasl::certificate_name(&self.shared.config, self.tls.as_deref())
+                    .and_then(|user| access.authenticate_external(&user, loopback).map(|_| user))
             }
-            let text = text
-                .strip_prefix("ACCESS_REFUSED - ")
-                .unwrap_or(&text)
-                .to_owned();
-            return Err(Fault::connection(
-                reply_code::ACCESS_REFUSED,
-                text,
-                Cause::default(),
-            ));
-        }
+            _ => {
+                let credentials = match mechanism {
+                    "PLAIN" => parse_plain(&start_ok.response),
+                    _ => parse_amqplain(&start_ok.response),
+                };
+                let Some((user, password)) = credentials else {
+                    return Err(Fault::connection(
+                        reply_code::ACCESS_REFUSED,
+                        format!("malformed {mechanism} response"),
+                        Cause::default(),
+                    ));
+                };
+                access
+                    .authenticate(mechanism, &user, &password, loopback)
+                    .map(|_| user)
+            }
+        };
+        let user = match outcome {
+            Ok(user) => user,
+            Err(text) => {
+                tracing::warn!(peer = %self.peer, "{mechanism} login refused: {text}");
+                if !self.caps.authentication_failure_close {
+                    // Clients without the capability expect the socket to just close.
+                    return Err(Fault::Gone("authentication failed".into()));
+                }
+                // As RabbitMQ's `auth_fail`: the reason is in the log, the client gets
+                // the safe text (a loopback refusal names its rule, as RabbitMQ's does).
+                let text = match text.strip_prefix("ACCESS_REFUSED - ") {
+                    Some(text) => text.to_owned(),
+                    None if text.contains("loopback") => text,
+                    None => format!(
+                        "Login was refused using authentication mechanism {mechanism}. For \
+                         details see the broker logfile."
+                    ),
+                };
+                return Err(Fault::connection(
+                    reply_code::ACCESS_REFUSED,
+                    text,
+                    Cause::default(),
+                ));
+            }
+        };
+        self.auth_mechanism = mechanism;
         self.user = user;
         Ok(())
+    }
+
+    /// The SASL mechanisms offered to this client.
+    fn mechanisms(&self) -> Vec<&'static str> {
+        let loopback = self.peer.ip().is_loopback();
+        crate::sasl::offered(&self.shared.config, &MECHANISMS, self.tls.is_some(), loopback)
     }
 
     /// Applies tune-ok: the client may lower our proposals, never raise them.
@@ -249,7 +276,7 @@ fn parse_amqplain(response: &Bytes) -> Option<(String, String)> {
 
 /// connection.start: RabbitMQ's capabilities and the broker's identity (see
 /// `warren_core::identity`).
-fn server_start(identity: &Identity) -> ConnectionStart {
+fn server_start(identity: &Identity, mechanisms: String) -> ConnectionStart {
     let mut caps = FieldTable::default();
     for capability in [
         "publisher_confirms",
@@ -275,7 +302,7 @@ fn server_start(identity: &Identity) -> ConnectionStart {
         version_major: 0,
         version_minor: 9,
         server_properties: props,
-        mechanisms: Bytes::from_static(MECHANISMS.as_bytes()),
+        mechanisms: Bytes::from(mechanisms),
         locales: Bytes::from_static(b"en_US"),
     }
 }

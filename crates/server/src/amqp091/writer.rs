@@ -8,10 +8,10 @@ use std::io::IoSlice;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use warren_proto::amqp091::{self as wire, Method, FRAME_END};
 
 use crate::encode_buffer::Keeper;
+use crate::socket::SocketWriter;
 
 /// Bodies at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_BYTES_MIN: usize = 4096;
@@ -133,7 +133,7 @@ impl Writer {
 
     /// Writes everything queued, in as few syscalls as the socket allows; returns the bytes
     /// written and the write calls it took (the connection's `send_oct` and `send_cnt`).
-    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<(u64, u64)> {
+    pub async fn flush(&mut self, socket: &mut SocketWriter) -> std::io::Result<(u64, u64)> {
         let (mut bytes, mut writes) = (0u64, 0u64);
         if self.queued.is_empty() {
             // Small frames only: written from the encode buffer, which stays whole (no write
@@ -178,6 +178,8 @@ impl Writer {
             }
         }
         debug_assert_eq!(self.queued_bytes, 0);
+        // A TLS socket may hold records back until flushed (plain TCP: nothing to do).
+        socket.flush().await?;
         // Zero-copy bodies count as written too, which only errs toward keeping the buffer
         // while large bodies are written.
         let written = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -197,7 +199,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     /// A writer's socket, with a task that reads and drops everything sent to it.
-    async fn socket() -> OwnedWriteHalf {
+    async fn socket() -> SocketWriter {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let client = TcpStream::connect(address).await.unwrap();
@@ -206,7 +208,7 @@ mod tests {
             let mut sink = vec![0u8; 64 * 1024];
             while matches!(server.read(&mut sink).await, Ok(n) if n > 0) {}
         });
-        client.into_split().1
+        SocketWriter::Tcp(client.into_split().1)
     }
 
     fn heartbeats(writer: &mut Writer, bytes: usize) {

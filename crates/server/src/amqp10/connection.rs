@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use rustc_hash::FxHashMap;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
@@ -22,6 +20,7 @@ use warren_core::alarm::AlarmSet;
 use warren_core::consumer::{ConnectionId, ConsumerId, Event, Outbox};
 use warren_core::identity::Identity;
 use warren_core::queue::QueueHandle;
+use warren_core::registry::TlsSession;
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp10::condition;
@@ -36,6 +35,7 @@ use super::publish::Pending;
 use super::session::Session;
 use super::writer::Writer;
 use crate::amqp091::Shared;
+use crate::socket::{Client, SocketReader, SocketWriter};
 
 /// Read space reserved during the handshake.
 const READ_CHUNK_BYTES: usize = 4 * 1024;
@@ -44,8 +44,6 @@ const READ_CHUNK_BYTES: usize = 4 * 1024;
 /// they do not; a connection whose reads are small gives its buffer back once it is drained.
 const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_CHUNK_MAX_BYTES: usize = 256 * 1024;
-/// How long a client has to finish SASL and open (RabbitMQ's `handshake_timeout`).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for the client's close after sending ours.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The container-id we open with.
@@ -99,8 +97,10 @@ pub struct Connection {
     pub(super) id: ConnectionId,
     pub(super) shared: Arc<Shared>,
     pub(super) peer: SocketAddr,
-    reader: OwnedReadHalf,
-    socket_w: OwnedWriteHalf,
+    /// The TLS session, on a TLS listener.
+    tls: Option<Arc<TlsSession>>,
+    reader: SocketReader,
+    socket_w: SocketWriter,
     rbuf: BytesMut,
     read_chunk: usize,
     pub(super) out: Writer,
@@ -143,9 +143,16 @@ pub struct Connection {
 }
 
 /// Serves one accepted socket that opened with an AMQP 1.0 header, until it closes.
-pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let _ = socket.set_nodelay(true);
-    let (reader, socket_w) = socket.into_split();
+pub async fn serve(client: Box<Client>, shared: Arc<Shared>) {
+    let Client {
+        reader,
+        writer: socket_w,
+        peer,
+        local: _,
+        tls,
+        start,
+        deadline,
+    } = *client;
     let id = shared.broker.next_id();
     let max_frame_size = frame_size_limit(shared.config.frame_max);
     let channel_max = shared.config.channel_max;
@@ -156,9 +163,10 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         id,
         shared,
         peer,
+        tls,
         reader,
         socket_w,
-        rbuf: BytesMut::new(),
+        rbuf: start,
         read_chunk: READ_CHUNK_MIN_BYTES,
         out: Writer::default(),
         outbox: Outbox::new(),
@@ -186,7 +194,7 @@ pub async fn serve(socket: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         closed_by_client: false,
     };
     let shutdown = conn.shared.shutdown.clone();
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake());
+    let handshake = tokio::time::timeout_at(deadline, conn.handshake());
     let handshake = crate::unless_shutdown(shutdown, handshake)
         .await
         .unwrap_or_else(|| Ok(Err(Fault::Gone("broker shutting down".into()))));
@@ -280,10 +288,9 @@ impl Connection {
 
     async fn sasl(&mut self) -> Result<(), Fault> {
         let loopback = self.peer.ip().is_loopback();
-        let mut mechanisms = vec!["PLAIN".to_owned()];
-        if loopback {
-            mechanisms.push("ANONYMOUS".to_owned());
-        }
+        let config = &self.shared.config;
+        let offered = crate::sasl::offered(config, &MECHANISMS, self.tls.is_some(), loopback);
+        let mechanisms = offered.iter().map(|m| (*m).to_owned()).collect();
         self.out.sasl(&SaslFrame::Mechanisms(mechanisms));
         self.flush().await?;
         let frame = self.read_frame().await?;
@@ -295,19 +302,20 @@ impl Connection {
         else {
             return Err(Fault::Gone("expected sasl-init".into()));
         };
-        let outcome = match mechanism.as_str() {
-            "PLAIN" => match initial_response.as_deref().and_then(parse_plain) {
-                Some((user, password)) => self
-                    .shared
-                    .broker
-                    .access()
+        let access = self.shared.broker.access();
+        let config = &self.shared.config;
+        let outcome = match offered.iter().find(|m| **m == mechanism.as_str()) {
+            Some(&"PLAIN") => match initial_response.as_deref().and_then(parse_plain) {
+                Some((user, password)) => access
                     .authenticate("PLAIN", &user, &password, loopback)
                     .map(|_| user),
                 None => Err("malformed PLAIN response".into()),
             },
-            "ANONYMOUS" if loopback => Ok(self.shared.config.default_user.clone()),
-            other => Err(format!(
-                "authentication mechanism '{other}' is not offered to this client"
+            Some(&"EXTERNAL") => crate::sasl::certificate_name(config, self.tls.as_deref())
+                .and_then(|user| access.authenticate_external(&user, loopback).map(|_| user)),
+            Some(_) => Ok(config.default_user.clone()),
+            None => Err(format!(
+                "authentication mechanism '{mechanism}' is not offered to this client"
             )),
         };
         match outcome {
@@ -705,7 +713,7 @@ pub fn frame_size_limit(frame_max: u32) -> u32 {
 /// Reads into `rbuf` with `chunk` bytes of room; returns the bytes read and the room there was.
 /// A given-back buffer is reserved again only once the socket is readable.
 async fn read_into(
-    reader: &mut OwnedReadHalf,
+    reader: &mut SocketReader,
     rbuf: &mut BytesMut,
     chunk: usize,
 ) -> std::io::Result<(usize, usize)> {
@@ -728,6 +736,10 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
         None => std::future::pending().await,
     }
 }
+
+/// The SASL mechanisms AMQP 1.0 implements; ANONYMOUS logs a loopback client in as
+/// `default_user`, as RabbitMQ's `anonymous_login_user`.
+const MECHANISMS: [&str; 3] = ["PLAIN", "EXTERNAL", "ANONYMOUS"];
 
 /// PLAIN: `authzid NUL authcid NUL password`.
 fn parse_plain(response: &[u8]) -> Option<(String, String)> {

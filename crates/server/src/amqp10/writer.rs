@@ -4,7 +4,6 @@
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use warren_proto::amqp10::frame::{
     encode_empty_frame, encode_frame, encode_frame_head, encode_sasl_frame, frame_head_len,
 };
@@ -122,7 +121,7 @@ impl Writer {
         }
     }
 
-    pub async fn flush(&mut self, socket: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    pub async fn flush(&mut self, socket: &mut crate::socket::SocketWriter) -> std::io::Result<()> {
         if !self.encode.is_empty() {
             let encoded = self.encode.split().freeze();
             self.queued.push(encoded);
@@ -132,6 +131,8 @@ impl Writer {
             socket.write_all(&part).await?;
             written += part.len();
         }
+        // A TLS socket may hold records back until flushed (plain TCP: nothing to do).
+        socket.flush().await?;
         self.keeper.after_flush(&mut self.encode, written);
         Ok(())
     }

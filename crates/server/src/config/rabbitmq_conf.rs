@@ -50,12 +50,6 @@ const SAME_NAME: &[&str] = &[
 
 /// RabbitMQ key prefixes Warren knows and does not implement yet.
 const NOT_IMPLEMENTED: &[&str] = &[
-    "listeners.ssl.",
-    "ssl_options.",
-    "management.ssl.",
-    "prometheus.ssl.",
-    "auth_mechanisms.",
-    "ssl_cert_login_from",
     "cluster_formation.",
     "auth_backends.",
     "queue_master_locator",
@@ -68,12 +62,15 @@ const NOT_IMPLEMENTED: &[&str] = &[
 pub fn parse(text: &str) -> Result<Config, String> {
     let entries = entries(text)?;
     let mut table = Table::new();
-    let mut listener: Option<(usize, Option<IpAddr>, u16)> = None;
-    let mut http_ips: Vec<(usize, &str, IpAddr)> = Vec::new();
     let mut loopback: Option<Vec<String>> = None;
     for entry in &entries {
         let at = |message: String| format!("line {}, key '{}': {message}", entry.line, entry.key);
-        let (key, value) = match translate(entry, &mut listener, &mut http_ips, &mut loopback) {
+        if let Some(key) = fold_listed(entry, &mut table).map_err(at)? {
+            // Checked as a whole each time it grows, so a bad value names its own line.
+            check_one(key, &table[key]).map_err(at)?;
+            continue;
+        }
+        let (key, value) = match translate(entry, &mut loopback) {
             Ok(Some(pair)) => pair,
             Ok(None) => continue,
             Err(message) => return Err(at(message)),
@@ -84,32 +81,118 @@ pub fn parse(text: &str) -> Result<Config, String> {
             (_, value) => drop(table.insert(key, value)),
         }
     }
-    if let Some((_, ip, port)) = listener {
-        table.insert("amqp_port".into(), Value::Integer(port.into()));
-        if let Some(ip) = ip {
-            table.insert("bind_address".into(), Value::String(ip.to_string()));
-        }
-    }
-    let bind = listener.and_then(|(_, ip, _)| ip);
-    for (line, key, ip) in http_ips {
-        if Some(ip) != bind && !(ip.is_unspecified() && bind.is_none()) {
-            return Err(format!(
-                "line {line}, key '{key}': Warren serves HTTP on the AMQP listener's address \
-                 ({}); give the listener (listeners.tcp.default = {ip}:5672) that address or \
-                 remove this line",
-                bind.map_or("every interface".to_string(), |ip| ip.to_string())
-            ));
-        }
-    }
     if let Some(users) = loopback {
         let users = users.into_iter().map(Value::String).collect();
         table.insert("loopback_users".into(), Value::Array(users));
     }
-    let config: Config = Value::Table(table)
+    let mut config: Config = Value::Table(table.clone())
         .try_into()
         .map_err(|error: toml::de::Error| error.message().trim().to_owned())?;
+    // As RabbitMQ's management and Prometheus plugins: a TLS listener alone replaces the
+    // default plain one.
+    if config.management_ssl.is_some() && !table.contains_key("management_port") {
+        config.management_port = None;
+    }
+    if config.prometheus_ssl.is_some() && !table.contains_key("prometheus_port") {
+        config.prometheus_port = None;
+    }
     config.validate()?;
     Ok(config)
+}
+
+/// The settings RabbitMQ spreads over numbered or dotted keys (`listeners.tcp.N`,
+/// `ssl_options.versions.N`, `management.ssl.*`, `auth_mechanisms.N`): folded into `table`
+/// under their Warren key, which is returned; `None` for any other key.
+fn fold_listed(entry: &Entry<'_>, table: &mut Table) -> Result<Option<&'static str>, String> {
+    let (key, value) = (entry.key, entry.value);
+    let string = || Value::String(value.to_owned());
+    let listeners = |name: &'static str, table: &mut Table| {
+        if value != "none" {
+            listener_address(value)?;
+        }
+        let list = array(table, name);
+        if value != "none" {
+            list.push(string());
+        }
+        Ok(Some(name))
+    };
+    if key == "listeners.tcp" || key.starts_with("listeners.tcp.") {
+        return listeners("amqp_listeners", table);
+    }
+    if key == "listeners.ssl" || key.starts_with("listeners.ssl.") {
+        return listeners("amqps_listeners", table);
+    }
+    if key.starts_with("auth_mechanisms.") {
+        if !super::AUTH_MECHANISMS.contains(&value) {
+            return Err(format!(
+                "Warren does not implement the SASL mechanism '{value}'; use {}",
+                super::AUTH_MECHANISMS.join(", ")
+            ));
+        }
+        array(table, "auth_mechanisms").push(string());
+        return Ok(Some("auth_mechanisms"));
+    }
+    let tls = [
+        ("ssl_options.", "ssl_options"),
+        ("management.ssl.", "management_ssl"),
+        ("prometheus.ssl.", "prometheus_ssl"),
+    ];
+    let Some((setting, name)) = tls
+        .iter()
+        .find_map(|(prefix, name)| key.strip_prefix(prefix).map(|setting| (setting, *name)))
+    else {
+        return Ok(None);
+    };
+    let options = match table
+        .entry(name)
+        .or_insert_with(|| Value::Table(Table::new()))
+    {
+        Value::Table(options) => options,
+        _ => unreachable!("invariant: TLS settings are folded into a table"),
+    };
+    let http = name != "ssl_options";
+    match setting {
+        "cacertfile" | "certfile" | "keyfile" | "verify" => {
+            options.insert(setting.into(), string());
+        }
+        "ip" if http => {
+            options.insert(setting.into(), string());
+        }
+        "port" if http => {
+            options.insert(setting.into(), typed(setting, value));
+        }
+        "fail_if_no_peer_cert" => {
+            options.insert(setting.into(), typed(setting, value));
+        }
+        _ if setting.starts_with("versions.") => {
+            let versions = options
+                .entry("versions")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(versions) = versions {
+                versions.push(string());
+            }
+        }
+        _ => {
+            return Err(format!(
+                "Warren's TLS takes cacertfile, certfile, keyfile, verify, \
+                 fail_if_no_peer_cert and versions.N{}; remove this line",
+                if http { ", ip and port" } else { "" }
+            ))
+        }
+    }
+    Ok(Some(name))
+}
+
+/// The array under `name` in `table`, made empty the first time (a listed setting replaces
+/// the default list).
+fn array<'t>(table: &'t mut Table, name: &str) -> &'t mut Vec<Value> {
+    match table
+        .entry(name)
+        .or_insert_with(|| Value::Array(Vec::new()))
+    {
+        Value::Array(list) => list,
+        _ => unreachable!("invariant: listed settings are arrays"),
+    }
 }
 
 /// The `key = value` lines of `text`, skipping blanks and `#` comments.
@@ -142,14 +225,10 @@ fn entries(text: &str) -> Result<Vec<Entry<'_>>, String> {
     Ok(entries)
 }
 
-type Listener = Option<(usize, Option<IpAddr>, u16)>;
-
 /// The TOML key and value a rabbitmq.conf line stands for; `None` when the line was folded
 /// into `listener`, `http_ips` or `loopback`.
-fn translate<'a>(
-    entry: &Entry<'a>,
-    listener: &mut Listener,
-    http_ips: &mut Vec<(usize, &'a str, IpAddr)>,
+fn translate(
+    entry: &Entry<'_>,
     loopback: &mut Option<Vec<String>>,
 ) -> Result<Option<(String, Value)>, String> {
     let (key, value) = (entry.key, entry.value);
@@ -165,13 +244,9 @@ fn translate<'a>(
     match key {
         "management.tcp.port" => renamed("management_port"),
         "prometheus.tcp.port" => renamed("prometheus_port"),
-        "management.tcp.ip" | "prometheus.tcp.ip" => {
-            let ip = value
-                .parse()
-                .map_err(|_| format!("'{value}' is not an IP address"))?;
-            http_ips.push((entry.line, key, ip));
-            Ok(None)
-        }
+        "management.tcp.ip" => renamed("management_ip"),
+        "prometheus.tcp.ip" => renamed("prometheus_ip"),
+        "ssl_cert_login_from" => renamed("ssl_cert_login_from"),
         "definitions.local.path" => renamed("load_definitions"),
         "definitions.import_backend" if value == "local_filesystem" => Ok(None),
         "definitions.import_backend" => Err(format!(
@@ -199,27 +274,15 @@ fn translate<'a>(
             *loopback = Some(Vec::new());
             Ok(None)
         }
-        _ => translate_prefixed(entry, listener, loopback),
+        _ => translate_prefixed(entry, loopback),
     }
 }
 
 fn translate_prefixed(
     entry: &Entry<'_>,
-    listener: &mut Listener,
     loopback: &mut Option<Vec<String>>,
 ) -> Result<Option<(String, Value)>, String> {
     let (key, value) = (entry.key, entry.value);
-    if key.starts_with("listeners.tcp.") {
-        if let Some((line, _, _)) = listener {
-            return Err(format!(
-                "Warren binds one AMQP listener and line {line} already sets it; keep one \
-                 listeners.tcp.* line"
-            ));
-        }
-        let (ip, port) = listener_address(value)?;
-        *listener = Some((entry.line, ip, port));
-        return Ok(None);
-    }
     if let Some(user) = key.strip_prefix("loopback_users.") {
         let users = loopback.get_or_insert_with(|| vec!["guest".to_owned()]);
         users.retain(|name| name != user);
@@ -264,6 +327,9 @@ const STRINGS: &[&str] = &[
     "data_dir",
     "bind_address",
     "log_level",
+    "management_ip",
+    "prometheus_ip",
+    "ssl_cert_login_from",
 ];
 
 /// An untyped value as RabbitMQ types it for `key`: a string for the names above, else as
@@ -332,7 +398,7 @@ server_properties.team = queues
     #[test]
     fn operator_file_fills_config() {
         let config = parse(OPERATOR_FILE).unwrap();
-        assert_eq!(config.amqp_port, 5673);
+        assert_eq!(config.amqp_addrs().unwrap(), ["[::]:5673".parse().unwrap()]);
         assert_eq!(config.management_port, Some(15673));
         assert_eq!(config.prometheus_port, Some(15693));
         assert_eq!((config.frame_max, config.channel_max), (131_072, 128));
@@ -372,9 +438,55 @@ server_properties.team = queues
         }
         assert!(listener_address("localhost:5672").is_err());
         assert!(listener_address("70000").is_err());
-        let config = parse("listeners.tcp.1 = ::1:5673\nmanagement.tcp.ip = ::1\n").unwrap();
-        assert_eq!(config.bind_address, "::1".parse::<IpAddr>().unwrap());
-        assert_eq!(config.amqp_port, 5673);
+        let config = parse(
+            "listeners.tcp.1 = ::1:5673\nlisteners.tcp.2 = 127.0.0.1:5674\n\
+             listeners.tcp.3 = 5675\nmanagement.tcp.ip = ::1\n",
+        )
+        .unwrap();
+        let addrs: Vec<String> = config
+            .amqp_addrs()
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(addrs, ["[::1]:5673", "127.0.0.1:5674", "[::]:5675"]);
+        assert_eq!(config.management_ip, Some("::1".parse::<IpAddr>().unwrap()));
+        let config = parse("listeners.tcp = none\nlisteners.ssl.default = 5671\n").unwrap();
+        assert!(config.amqp_addrs().unwrap().is_empty());
+        assert_eq!(config.amqps_addrs().unwrap()[0].port(), 5671);
+    }
+
+    #[test]
+    fn tls_settings_as_rabbitmq_names_them() {
+        let config = parse(
+            "listeners.ssl.default = 5671\n\
+             ssl_options.cacertfile = /etc/ca.pem\n\
+             ssl_options.certfile = /etc/server.pem\n\
+             ssl_options.keyfile = /etc/server.key\n\
+             ssl_options.verify = verify_peer\n\
+             ssl_options.fail_if_no_peer_cert = true\n\
+             ssl_options.versions.1 = tlsv1.3\n\
+             ssl_options.versions.2 = tlsv1.2\n\
+             auth_mechanisms.1 = EXTERNAL\n\
+             auth_mechanisms.2 = PLAIN\n\
+             ssl_cert_login_from = common_name\n\
+             management.ssl.port = 15671\n\
+             management.ssl.certfile = /etc/server.pem\n\
+             management.ssl.keyfile = /etc/server.key\n",
+        )
+        .unwrap();
+        let tls = &config.ssl_options;
+        assert_eq!(tls.cacertfile.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+        assert_eq!(tls.verify, crate::config::Verify::VerifyPeer);
+        assert!(tls.fail_if_no_peer_cert);
+        assert_eq!(tls.versions, ["tlsv1.3", "tlsv1.2"]);
+        assert_eq!(config.auth_mechanisms, ["EXTERNAL", "PLAIN"]);
+        assert_eq!(config.ssl_cert_login_from, crate::config::CertLoginFrom::CommonName);
+        let https = config.management_ssl.as_ref().unwrap();
+        assert_eq!(https.port, 15671);
+        // As RabbitMQ's management plugin: a TLS listener alone replaces the plain one.
+        assert_eq!(config.management_port, None);
+        assert_eq!(config.prometheus_port, Some(15692));
     }
 
     #[test]
@@ -398,21 +510,27 @@ server_properties.team = queues
         for (text, key, hint) in [
             ("heartbeat = 5\nfoo.bar = 1\n", "foo.bar", "unknown setting"),
             (
-                "heartbeat = 5\nssl_options.certfile = /x.pem\n",
-                "ssl_options.certfile",
-                "does not implement",
+                "heartbeat = 5\nssl_options.password = secret\n",
+                "ssl_options.password",
+                "remove this line",
+            ),
+            (
+                "heartbeat = 5\nssl_options.verify = verify_maybe\n",
+                "ssl_options.verify",
+                "verify_peer",
+            ),
+            (
+                "heartbeat = 5\nlisteners.ssl.default = localhost:5671\n",
+                "listeners.ssl.default",
+                "not a port",
+            ),
+            (
+                "heartbeat = 5\nauth_mechanisms.1 = GSSAPI\n",
+                "auth_mechanisms.1",
+                "GSSAPI",
             ),
             ("heartbeat = 5\nheartbeat = soon\n", "heartbeat", "invalid"),
-            (
-                "listeners.tcp.1 = 5672\nlisteners.tcp.2 = 5673\n",
-                "listeners.tcp.2",
-                "one AMQP listener",
-            ),
-            (
-                "heartbeat = 5\nmanagement.tcp.ip = 10.0.0.1\n",
-                "management.tcp.ip",
-                "AMQP listener's address",
-            ),
+
             (
                 "heartbeat = 5\ndefinitions.import_backend = https\n",
                 "definitions.import_backend",
