@@ -142,6 +142,14 @@ impl TestBroker {
         }
     }
 
+    /// The first AMQPS (TLS) listener's address of the in-process broker, when it has one.
+    pub fn amqps_addr(&self) -> Option<SocketAddr> {
+        match &self.target {
+            Target::External { .. } => None,
+            Target::InProcess(broker) => broker.running.amqps_addrs().first().copied(),
+        }
+    }
+
     /// The management HTTP API's base URL (`http://127.0.0.1:N`); for an external broker,
     /// `WARREN_TEST_HTTP_URL` or port 15672 on the AMQP host.
     pub fn http_url(&self) -> String {

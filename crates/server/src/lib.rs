@@ -145,18 +145,30 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
     let mgmt_config = warren_mgmt::MgmtConfig {
-        http: config.management_port.map(|port| {
-            SocketAddr::new(config.management_ip.unwrap_or(config.bind_address), port)
-        }),
-        https: https("management.ssl", &config.management_ssl, config.bind_address)?,
-        prometheus: config.prometheus_port.map(|port| {
-            SocketAddr::new(config.prometheus_ip.unwrap_or(config.bind_address), port)
-        }),
-        prometheus_https: https("prometheus.ssl", &config.prometheus_ssl, config.bind_address)?,
+        http: config
+            .management_port
+            .map(|port| SocketAddr::new(config.management_ip.unwrap_or(config.bind_address), port)),
+        https: https(
+            "management.ssl",
+            &config.management_ssl,
+            config.bind_address,
+        )?,
+        prometheus: config
+            .prometheus_port
+            .map(|port| SocketAddr::new(config.prometheus_ip.unwrap_or(config.bind_address), port)),
+        prometheus_https: https(
+            "prometheus.ssl",
+            &config.prometheus_ssl,
+            config.bind_address,
+        )?,
         amqp_listeners: listeners
             .iter()
             .map(|listener| warren_mgmt::Listener {
-                protocol: if listener.tls.is_some() { "amqp/ssl" } else { "amqp" },
+                protocol: if listener.tls.is_some() {
+                    "amqp/ssl"
+                } else {
+                    "amqp"
+                },
                 addr: listener.addr,
                 certfile: listener
                     .tls
@@ -175,7 +187,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let (mut amqp_addrs, mut amqps_addrs) = (Vec::new(), Vec::new());
     let mut acceptors = Vec::new();
     for listener in listeners {
-        let addrs = if listener.tls.is_some() { &mut amqps_addrs } else { &mut amqp_addrs };
+        let addrs = if listener.tls.is_some() {
+            &mut amqps_addrs
+        } else {
+            &mut amqp_addrs
+        };
         addrs.push(listener.addr);
         acceptors.push(tokio::spawn(accept_loop(listener, shared.clone())));
     }

@@ -57,9 +57,15 @@ mod tests {
             ..Config::default()
         };
         let all = ["PLAIN", "EXTERNAL", "ANONYMOUS"];
-        assert_eq!(offered(&config, &all, true, true), ["EXTERNAL", "ANONYMOUS", "PLAIN"]);
+        assert_eq!(
+            offered(&config, &all, true, true),
+            ["EXTERNAL", "ANONYMOUS", "PLAIN"]
+        );
         assert_eq!(offered(&config, &all, false, false), ["PLAIN"]);
-        assert_eq!(offered(&config, &["PLAIN", "AMQPLAIN"], true, true), ["PLAIN"]);
+        assert_eq!(
+            offered(&config, &["PLAIN", "AMQPLAIN"], true, true),
+            ["PLAIN"]
+        );
     }
 
     #[test]
@@ -79,7 +85,10 @@ mod tests {
             "O=warren-tests,CN=tls-user"
         );
         config.ssl_cert_login_from = CertLoginFrom::CommonName;
-        assert_eq!(certificate_name(&config, Some(&session)).unwrap(), "tls-user");
+        assert_eq!(
+            certificate_name(&config, Some(&session)).unwrap(),
+            "tls-user"
+        );
         assert!(certificate_name(&config, None).is_err());
         let no_cert = TlsSession::default();
         assert!(certificate_name(&config, Some(&no_cert))

@@ -20,7 +20,7 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
     let d = &entry.details;
     let [recv_oct, recv_cnt, send_oct, send_cnt] = entry.stats.snapshot();
     let [recv_rate, _, send_rate, _] = state.rates.connection(d.id);
-    json!({
+    let mut body = json!({
         "recv_oct": recv_oct, "recv_oct_details": rate(recv_rate), "recv_cnt": recv_cnt,
         "send_oct": send_oct, "send_oct_details": rate(send_rate), "send_cnt": send_cnt,
         "send_pend": 0,
@@ -29,7 +29,7 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
         "type": "network",
         "state": "running",
         "protocol": d.protocol,
-        "auth_mechanism": "PLAIN",
+        "auth_mechanism": d.auth_mechanism,
         "user": d.user,
         "user_who_performed_action": d.user,
         "vhost": &*d.vhost,
@@ -37,14 +37,23 @@ fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
         "port": d.local.port(),
         "peer_host": d.peer.ip().to_string(),
         "peer_port": d.peer.port(),
-        "ssl": false,
+        "ssl": d.tls.is_some(),
         "channels": entry.channel_count(),
         "channel_max": d.channel_max,
         "frame_max": d.frame_max,
         "timeout": d.heartbeat,
         "connected_at": d.connected_at_ms,
         "client_properties": convert::client_properties_to_json(&d.client_properties),
-    })
+    });
+    if let Some(tls) = &d.tls {
+        // RabbitMQ's `ssl_info` and `cert_info` items; absent for a plain connection.
+        body["ssl_protocol"] = json!(tls.protocol);
+        body["ssl_cipher"] = json!(tls.cipher);
+        body["peer_cert_subject"] = json!(tls.peer_cert_subject);
+        body["peer_cert_issuer"] = json!(tls.peer_cert_issuer);
+        body["peer_cert_validity"] = json!(tls.peer_cert_validity);
+    }
+    body
 }
 
 fn channel_json(

@@ -98,10 +98,8 @@ impl Connection {
         let loopback = self.peer.ip().is_loopback();
         let access = self.shared.broker.access();
         let outcome = match mechanism {
-            "EXTERNAL" => {
-                crate::sasl::certificate_name(&self.shared.config, self.tls.as_deref())
-                    .and_then(|user| access.authenticate_external(&user, loopback).map(|_| user))
-            }
+            "EXTERNAL" => crate::sasl::certificate_name(&self.shared.config, self.tls.as_deref())
+                .and_then(|user| access.authenticate_external(&user, loopback).map(|_| user)),
             _ => {
                 let credentials = match mechanism {
                     "PLAIN" => parse_plain(&start_ok.response),
@@ -152,7 +150,12 @@ impl Connection {
     /// The SASL mechanisms offered to this client.
     fn mechanisms(&self) -> Vec<&'static str> {
         let loopback = self.peer.ip().is_loopback();
-        crate::sasl::offered(&self.shared.config, &MECHANISMS, self.tls.is_some(), loopback)
+        crate::sasl::offered(
+            &self.shared.config,
+            &MECHANISMS,
+            self.tls.is_some(),
+            loopback,
+        )
     }
 
     /// Applies tune-ok: the client may lower our proposals, never raise them.

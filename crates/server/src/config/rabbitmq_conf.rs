@@ -476,12 +476,18 @@ server_properties.team = queues
         )
         .unwrap();
         let tls = &config.ssl_options;
-        assert_eq!(tls.cacertfile.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+        assert_eq!(
+            tls.cacertfile.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
         assert_eq!(tls.verify, crate::config::Verify::VerifyPeer);
         assert!(tls.fail_if_no_peer_cert);
         assert_eq!(tls.versions, ["tlsv1.3", "tlsv1.2"]);
         assert_eq!(config.auth_mechanisms, ["EXTERNAL", "PLAIN"]);
-        assert_eq!(config.ssl_cert_login_from, crate::config::CertLoginFrom::CommonName);
+        assert_eq!(
+            config.ssl_cert_login_from,
+            crate::config::CertLoginFrom::CommonName
+        );
         let https = config.management_ssl.as_ref().unwrap();
         assert_eq!(https.port, 15671);
         // As RabbitMQ's management plugin: a TLS listener alone replaces the plain one.
@@ -530,7 +536,6 @@ server_properties.team = queues
                 "GSSAPI",
             ),
             ("heartbeat = 5\nheartbeat = soon\n", "heartbeat", "invalid"),
-
             (
                 "heartbeat = 5\ndefinitions.import_backend = https\n",
                 "definitions.import_backend",
