@@ -145,6 +145,17 @@ impl Grant {
     }
 }
 
+/// RabbitMQ's `check_user_id` (validated user-id): a message's `user_id` property must name
+/// the publishing user, unless that user is tagged `impersonator` (an administrator is not).
+pub fn check_user_id(claimed: &str, user: &str, tags: &[String]) -> Result<(), BrokerError> {
+    if claimed == user || tags.iter().any(|tag| tag == "impersonator") {
+        return Ok(());
+    }
+    Err(BrokerError::precondition_failed(format!(
+        "user_id property set to '{claimed}' but authenticated user was '{user}'"
+    )))
+}
+
 /// Expands RabbitMQ's `{username}` and `{vhost}` variables in a topic permission pattern.
 pub fn expand_variables(source: &str, user: &str, vhost: &str) -> String {
     source
@@ -202,6 +213,19 @@ mod tests {
             .unwrap_err();
         assert!(refused.text.contains("topic 'bob.x'"), "{}", refused.text);
         assert!(g.check_topic(Perm::Write, "other", "bob.x").is_ok());
+    }
+
+    #[test]
+    fn user_id_must_name_the_user_unless_impersonating() {
+        let tags = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_user_id("alice", "alice", &[]).is_ok());
+        let refused = check_user_id("bob", "alice", &tags(&["administrator"])).unwrap_err();
+        assert_eq!(refused.kind, crate::error::ErrorKind::PreconditionFailed);
+        assert_eq!(
+            refused.text,
+            "user_id property set to 'bob' but authenticated user was 'alice'"
+        );
+        assert!(check_user_id("bob", "alice", &tags(&["impersonator"])).is_ok());
     }
 
     #[test]

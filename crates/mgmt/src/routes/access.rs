@@ -265,7 +265,24 @@ pub async fn put_vhost(
         default_queue_type: string_field(&body, "default_queue_type")?,
     };
     state.broker.add_vhost(&name, metadata)?;
+    if !existed {
+        grant_full_permissions(&state, &auth, &name)?;
+    }
     Ok(created(existed))
+}
+
+/// The user who creates a vhost gets full permissions in it, as RabbitMQ's `put_vhost`
+/// (`maybe_grant_full_permissions`) does: resource permissions bind administrators too.
+fn grant_full_permissions(state: &ApiState, auth: &AuthUser, vhost: &str) -> ApiResult<()> {
+    let all = || ".*".to_string();
+    state.broker.access().set_permissions(PermissionDef {
+        user: auth.name.clone(),
+        vhost: vhost.to_string(),
+        configure: all(),
+        write: all(),
+        read: all(),
+    })?;
+    Ok(())
 }
 
 pub async fn delete_vhost(

@@ -12,11 +12,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value as Json_};
+use warren_core::access::{Perm, ResourceKind};
 use warren_core::binding::{Binding, Destination};
 use warren_core::value::Table;
 use warren_core::vhost::VHost;
 
 use super::exchanges::{core_name, exists};
+use super::permit::{Permit, Via};
 use super::{body_object, listed_vhosts, vhost, API_CONNECTION};
 use crate::auth::AuthUser;
 use crate::convert::{self, table_to_json};
@@ -209,7 +211,26 @@ pub async fn between(
     answer(between_items(&vhost, &source, &destination), &params)
 }
 
-/// POST: creates a binding; answers 201 with its location, as RabbitMQ.
+/// The permissions queue.bind and exchange.bind (and their unbinds) need: write on the
+/// destination, read on the source exchange, and topic read on the binding key when the
+/// source is a topic exchange.
+fn check_binding(
+    permit: &Permit,
+    source: &str,
+    destination: &Destination,
+    routing_key: &str,
+) -> ApiResult<()> {
+    let (kind, name) = match destination {
+        Destination::Queue(name) => (ResourceKind::Queue, name),
+        Destination::Exchange(name) => (ResourceKind::Exchange, name),
+    };
+    permit.check(Perm::Write, kind, name)?;
+    permit.check(Perm::Read, ResourceKind::Exchange, source)?;
+    permit.check_topic(Perm::Read, source, routing_key)
+}
+
+/// POST: creates a binding; answers 201 with its location, as RabbitMQ. Permissions are
+/// checked before the ends are looked up, as in RabbitMQ's `binding_action_with_checks`.
 pub async fn create(
     State(state): State<Arc<ApiState>>,
     Extension(user): Extension<AuthUser>,
@@ -218,21 +239,25 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let vhost = vhost(&state, &user, &vhost_name)?;
     let destination = destination(&kind, &dest)?;
+    let body = body_object(&body)?;
+    let routing_key = convert::routing_key(&body)?.to_string();
+    let arguments = convert::json_to_table(body.get("arguments"))?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    check_binding(&permit, core_name(&source), &destination, &routing_key)?;
     check_ends(&vhost, &source, &destination)?;
     if core_name(&source).is_empty() {
         return Err(ApiError::bad_request("cannot bind to the default exchange"));
     }
-    let body = body_object(&body)?;
-    let routing_key = convert::routing_key(&body)?.to_string();
-    let arguments = convert::json_to_table(body.get("arguments"))?;
     let key = properties_key(&routing_key, &arguments);
-    vhost.bind(
-        &source,
-        destination,
-        &routing_key,
-        arguments,
-        API_CONNECTION,
-    )?;
+    vhost
+        .bind(
+            &source,
+            destination,
+            &routing_key,
+            arguments,
+            API_CONNECTION,
+        )
+        .map_err(|error| permit.refusal(error))?;
     let location = utf8_percent_encode(&key, NON_ALPHANUMERIC).to_string();
     Ok((StatusCode::CREATED, [(header::LOCATION, location)]).into_response())
 }
@@ -280,13 +305,17 @@ pub async fn delete(
                 && properties_key(&b.routing_key, &b.arguments) == props
         })
         .ok_or_else(ApiError::not_found)?;
-    vhost.unbind(
-        source,
-        binding.destination,
-        &binding.routing_key,
-        binding.arguments,
-        API_CONNECTION,
-    )?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    check_binding(&permit, source, &binding.destination, &binding.routing_key)?;
+    vhost
+        .unbind(
+            source,
+            binding.destination,
+            &binding.routing_key,
+            binding.arguments,
+            API_CONNECTION,
+        )
+        .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -413,10 +413,9 @@ pub async fn consumers_in(
     Path(vhost_name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Json<Json_>> {
-    state
-        .broker
-        .vhost(&vhost_name)
-        .ok_or_else(ApiError::not_found)?;
+    // As the vhost's other lists (RabbitMQ's `is_authorized_vhost`): 404 for a missing
+    // vhost, 401 for one the user has no permissions in (administrators see all).
+    super::vhost(&state, &user, &vhost_name)?;
     let items = consumers_where(&state, &user, Some(&vhost_name));
     Ok(Json(query::list(items, &params, &["consumer_tag"])?))
 }

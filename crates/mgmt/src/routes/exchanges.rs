@@ -9,6 +9,7 @@ use axum::{Extension, Json};
 use base64::Engine;
 use bytes::BytesMut;
 use serde_json::{json, Value as Json_};
+use warren_core::access::{check_user_id, Perm, ResourceKind};
 use warren_core::exchange::ExchangeDef;
 use warren_core::message::Message;
 use warren_core::queue::QueueCmd;
@@ -17,6 +18,7 @@ use warren_core::routing::snapshot::MessageFields;
 use warren_core::stats::EXCHANGE_STATS;
 use warren_core::vhost::{ExchangeDeclare, VHost};
 
+use super::permit::{Permit, Via};
 use super::{body_object, listed_vhosts, message_stats, vhost};
 use crate::auth::AuthUser;
 use crate::convert::{self, flag, table_to_json};
@@ -136,16 +138,26 @@ pub async fn declare(
     if kind.is_empty() {
         return Err(ApiError::bad_request("key_missing: type"));
     }
+    let arguments = convert::json_to_table(body.get("arguments"))?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    permit.check(Perm::Configure, ResourceKind::Exchange, &name)?;
+    let ae = arguments.get("alternate-exchange");
+    if let Some(ae) = ae.and_then(warren_core::value::Value::as_str) {
+        permit.check(Perm::Write, ResourceKind::Exchange, ae)?;
+        permit.check(Perm::Read, ResourceKind::Exchange, &name)?;
+    }
     let existed = exists(&vhost, &name);
-    vhost.declare_exchange(ExchangeDeclare {
-        name,
-        kind: kind.to_string(),
-        passive: false,
-        durable: flag(&body, "durable", true)?,
-        auto_delete: flag(&body, "auto_delete", false)?,
-        internal: flag(&body, "internal", false)?,
-        arguments: convert::json_to_table(body.get("arguments"))?,
-    })?;
+    vhost
+        .declare_exchange(ExchangeDeclare {
+            name,
+            kind: kind.to_string(),
+            passive: false,
+            durable: flag(&body, "durable", true)?,
+            auto_delete: flag(&body, "auto_delete", false)?,
+            internal: flag(&body, "internal", false)?,
+            arguments,
+        })
+        .map_err(|error| permit.refusal(error))?;
     Ok(if existed {
         StatusCode::NO_CONTENT
     } else {
@@ -163,8 +175,13 @@ pub async fn delete(
     if !exists(&vhost, &name) {
         return Err(ApiError::not_found());
     }
+    let name = core_name(&name);
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    permit.check(Perm::Configure, ResourceKind::Exchange, name)?;
     let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
-    vhost.delete_exchange(core_name(&name), if_unused)?;
+    vhost
+        .delete_exchange(name, if_unused)
+        .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -199,10 +216,19 @@ pub async fn publish(
     let mut encoded = BytesMut::new();
     properties.encode(&mut encoded);
     let routing_key = convert::routing_key(&body)?;
+    let exchange = core_name(&name);
+    // In basic.publish's order: write on the exchange, topic permissions, then user_id.
+    let permit = Permit::new(&state, &user, &vhost, Via::Publish);
+    permit.check(Perm::Write, ResourceKind::Exchange, exchange)?;
+    permit.check_topic(Perm::Write, exchange, routing_key)?;
+    if let Some(user_id) = &properties.user_id {
+        check_user_id(user_id.as_str(), &user.name, &user.tags)
+            .map_err(|error| permit.refusal(error))?;
+    }
     let routed = publish_message(
         state.broker.registry().counters(),
         &vhost,
-        core_name(&name),
+        exchange,
         routing_key,
         encoded.freeze(),
         payload,

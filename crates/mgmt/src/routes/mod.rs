@@ -7,6 +7,7 @@ mod connections;
 mod exchanges;
 mod extras;
 pub(crate) mod overview;
+mod permit;
 mod queues;
 mod unsupported;
 

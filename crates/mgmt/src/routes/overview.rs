@@ -264,13 +264,15 @@ pub async fn virtual_hosts(State(state): State<Arc<ApiState>>) -> Json<Json_> {
 }
 
 /// Declares `aliveness-test` in the vhost, publishes to it and gets the message back.
+/// RabbitMQ 4.x only opens a channel here; Warren still makes the round trip, so it checks
+/// what that needs (configure, write on the default exchange, read).
 pub async fn aliveness(
     State(state): State<Arc<ApiState>>,
     Extension(user): Extension<AuthUser>,
     Path(vhost_name): Path<String>,
 ) -> ApiResult<Json<Json_>> {
     let vhost = vhost(&state, &user, &vhost_name)?;
-    let ok = super::queues::aliveness(&state, &vhost).await?;
+    let ok = super::queues::aliveness(&state, &user, &vhost).await?;
     if ok {
         Ok(Json(json!({"status": "ok"})))
     } else {

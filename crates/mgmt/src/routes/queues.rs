@@ -7,9 +7,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde_json::{json, Map, Value as Json_};
+use warren_core::access::{Perm, ResourceKind};
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::vhost::{QueueDeclare, VHost};
 
+use super::permit::{Permit, Via};
 use super::{body_object, listed_vhosts, rate, vhost, API_CONNECTION};
 use crate::auth::AuthUser;
 use crate::convert::{self, flag, message_to_json, payload_to_json, table_to_json};
@@ -120,18 +122,27 @@ pub async fn declare(
     let body = body_object(&body)?;
     let mut arguments = convert::json_to_table(body.get("arguments"))?;
     add_queue_type(&body, &mut arguments)?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    permit.check(Perm::Configure, ResourceKind::Queue, &name)?;
+    let dlx = arguments.get("x-dead-letter-exchange");
+    if let Some(dlx) = dlx.and_then(warren_core::value::Value::as_str) {
+        permit.check(Perm::Write, ResourceKind::Exchange, dlx)?;
+        permit.check(Perm::Read, ResourceKind::Queue, &name)?;
+    }
     let existed = vhost.snapshot().queue(&name).is_some();
-    vhost.declare_queue(
-        QueueDeclare {
-            name,
-            passive: false,
-            durable: flag(&body, "durable", true)?,
-            exclusive: false,
-            auto_delete: flag(&body, "auto_delete", false)?,
-            arguments,
-        },
-        API_CONNECTION,
-    )?;
+    vhost
+        .declare_queue(
+            QueueDeclare {
+                name,
+                passive: false,
+                durable: flag(&body, "durable", true)?,
+                exclusive: false,
+                auto_delete: flag(&body, "auto_delete", false)?,
+                arguments,
+            },
+            API_CONNECTION,
+        )
+        .map_err(|error| permit.refusal(error))?;
     Ok(if existed {
         StatusCode::NO_CONTENT
     } else {
@@ -173,11 +184,14 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let vhost = vhost(&state, &user, &vhost_name)?;
     find(&vhost, &name)?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    permit.check(Perm::Configure, ResourceKind::Queue, &name)?;
     let if_empty = params.get("if-empty").is_some_and(|v| v == "true");
     let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
     vhost
         .delete_queue(&name, if_unused, if_empty, API_CONNECTION)
-        .await?;
+        .await
+        .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -188,7 +202,12 @@ pub async fn purge(
 ) -> ApiResult<StatusCode> {
     let vhost = vhost(&state, &user, &vhost_name)?;
     find(&vhost, &name)?;
-    vhost.purge_queue(&name, API_CONNECTION).await?;
+    let permit = Permit::new(&state, &user, &vhost, Via::DirectRequest);
+    permit.check(Perm::Read, ResourceKind::Queue, &name)?;
+    vhost
+        .purge_queue(&name, API_CONNECTION)
+        .await
+        .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -226,6 +245,11 @@ pub async fn get_messages(
         .get("truncate")
         .and_then(Json_::as_u64)
         .and_then(|t| usize::try_from(t).ok());
+    Permit::new(&state, &user, &vhost, Via::Channel).check(
+        Perm::Read,
+        ResourceKind::Queue,
+        &name,
+    )?;
     // In its own task: a client that goes away mid-request must not leave the messages it
     // took unacknowledged for good.
     let taking = tokio::spawn(take_messages(queue, count, settle, encoding, truncate));
@@ -287,11 +311,22 @@ fn message_json(
     })
 }
 
-/// RabbitMQ's aliveness test: declare `aliveness-test`, publish a message to it, get it.
-pub(crate) async fn aliveness(state: &ApiState, vhost: &Arc<VHost>) -> ApiResult<bool> {
+/// RabbitMQ's aliveness test: declare `aliveness-test`, publish a message to it, get it,
+/// each with the permission it needs over AMQP, as RabbitMQ's test did on a channel opened
+/// as the user (`with_channel`).
+pub(crate) async fn aliveness(
+    state: &ApiState,
+    user: &AuthUser,
+    vhost: &Arc<VHost>,
+) -> ApiResult<bool> {
+    const QUEUE: &str = "aliveness-test";
+    let permit = Permit::new(state, user, vhost, Via::Channel);
+    permit.check(Perm::Configure, ResourceKind::Queue, QUEUE)?;
+    permit.check(Perm::Write, ResourceKind::Exchange, "")?;
+    permit.check(Perm::Read, ResourceKind::Queue, QUEUE)?;
     let queue = vhost.declare_queue(
         QueueDeclare {
-            name: "aliveness-test".into(),
+            name: QUEUE.into(),
             passive: false,
             durable: false,
             exclusive: false,
@@ -305,7 +340,7 @@ pub(crate) async fn aliveness(state: &ApiState, vhost: &Arc<VHost>) -> ApiResult
         state.broker.registry().counters(),
         vhost,
         "",
-        "aliveness-test",
+        QUEUE,
         properties,
         Bytes::from_static(b"test_message"),
     )
