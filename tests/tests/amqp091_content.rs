@@ -7,8 +7,8 @@ use lapin::BasicProperties;
 use warren_tests::raw::{Handshake, RawClient};
 use warren_tests::wire::{self, method, reply, Args};
 use warren_tests::{
-    bounded, consume, declare_queue, get, next_delivery, publish, publish_with, table, text,
-    unique, ChannelWatch, TestBroker,
+    bounded, consume, declare_queue, get, message_count, next_delivery, publish, publish_with,
+    table, text, unique, ChannelWatch, TestBroker,
 };
 
 /// Deterministic pseudo-random bytes (xorshift), so a corrupted or reordered chunk shows.
@@ -177,6 +177,46 @@ async fn user_id_other_than_the_authenticated_user_is_406() {
         text,
         "PRECONDITION_FAILED - user_id property set to 'someone-else' but authenticated user was 'guest'"
     );
+}
+
+/// A user tagged `impersonator` may publish any user_id (RabbitMQ's `check_user_id`), as the
+/// management API's publish allows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impersonator_may_publish_any_user_id() {
+    let broker = TestBroker::start().await;
+    let api = warren_tests::http::Api::new(&broker);
+    for (path, body) in [
+        (
+            "/api/users/stand-in",
+            serde_json::json!({"password": "pw", "tags": "impersonator"}),
+        ),
+        (
+            "/api/permissions/%2F/stand-in",
+            serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"}),
+        ),
+    ] {
+        let (status, reply) = api.send(reqwest::Method::PUT, path, Some(body)).await;
+        assert!(status.is_success(), "{path}: {status} {reply}");
+    }
+    let connection = warren_tests::connect_url(&broker.url_as("stand-in", "pw", "/")).await;
+    let channel = bounded!(connection.create_channel()).unwrap();
+    let queue = unique("impersonated");
+    declare_queue(&channel, &queue).await;
+    let properties = BasicProperties::default().with_user_id(ShortString::from("someone-else"));
+    let confirm = bounded!(channel.basic_publish(
+        "".into(),
+        queue.as_str().into(),
+        Default::default(),
+        b"x",
+        properties,
+    ))
+    .unwrap();
+    let _ = bounded!(confirm);
+    assert!(
+        channel.status().connected(),
+        "the impersonator's channel was closed"
+    );
+    assert_eq!(message_count(&connection, &queue).await, 1);
 }
 
 /// With `frame_max = 0` (no limit) negotiated on both sides, a 100 KB body goes out in one

@@ -126,6 +126,8 @@ pub struct Connection {
     /// Whether the last tick sent a heartbeat (then `wrote_since_tick` counts it).
     sent_heartbeat: bool,
     closed_by_client: bool,
+    /// Whether the user is tagged `impersonator` (may publish any `user_id`).
+    pub(super) impersonator: bool,
     /// Kept from connection.start-ok until the connection registers (see
     /// `ConnectionDetails::client_properties`).
     pub(super) client_properties: bytes::Bytes,
@@ -188,6 +190,7 @@ pub async fn serve(client: Box<Client>, shared: Arc<Shared>) {
         wrote_since_tick: false,
         sent_heartbeat: false,
         closed_by_client: false,
+        impersonator: false,
         client_properties: bytes::Bytes::new(),
         registration: None,
         hold: None,

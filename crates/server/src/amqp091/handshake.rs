@@ -99,7 +99,7 @@ impl Connection {
         let access = self.shared.broker.access();
         let outcome = match mechanism {
             "EXTERNAL" => crate::sasl::certificate_name(&self.shared.config, self.tls.as_deref())
-                .and_then(|user| access.authenticate_external(&user, loopback).map(|_| user)),
+                .and_then(|user| access.authenticate_external(&user, loopback)),
             _ => {
                 let credentials = match mechanism {
                     "PLAIN" => parse_plain(&start_ok.response),
@@ -112,9 +112,7 @@ impl Connection {
                         Cause::default(),
                     ));
                 };
-                access
-                    .authenticate(mechanism, &user, &password, loopback)
-                    .map(|_| user)
+                access.authenticate(mechanism, &user, &password, loopback)
             }
         };
         let user = match outcome {
@@ -143,6 +141,8 @@ impl Connection {
             }
         };
         self.auth_mechanism = mechanism;
+        self.impersonator = user.has_tag("impersonator");
+        let user = user.name.to_string();
         self.user = user;
         Ok(())
     }

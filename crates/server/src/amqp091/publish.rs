@@ -412,18 +412,23 @@ impl Connection {
         let Ok(properties) = BasicProperties::decode(raw) else {
             return Ok(()); // validated when the frame was decoded
         };
-        match properties.user_id {
-            Some(user_id) if user_id.as_str() != self.user => Err(Fault::new(
+        let Some(user_id) = properties.user_id else {
+            return Ok(());
+        };
+        // RabbitMQ's `check_user_id`: the user's own name, or any name for an impersonator.
+        let tags = if self.impersonator {
+            vec!["impersonator".to_owned()]
+        } else {
+            Vec::new()
+        };
+        warren_core::access::check_user_id(user_id.as_str(), &self.user, &tags).map_err(|error| {
+            Fault::new(
                 id,
                 reply_code::PRECONDITION_FAILED,
-                format!(
-                    "user_id property set to '{user_id}' but authenticated user was '{}'",
-                    self.user
-                ),
+                error.text,
                 PUBLISH_CAUSE,
-            )),
-            _ => Ok(()),
-        }
+            )
+        })
     }
 
     /// Direct reply-to: `reply_to = amq.rabbitmq.reply-to` becomes the channel's private
