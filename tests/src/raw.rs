@@ -126,6 +126,15 @@ impl RawClient {
         }
     }
 
+    /// Closes the socket with a reset (SO_LINGER 0), as a client that crashes or is killed
+    /// mid-write leaves it.
+    pub fn reset(self) {
+        socket2::SockRef::from(&self.socket)
+            .set_linger(Some(Duration::ZERO))
+            .expect("set SO_LINGER");
+        drop(self);
+    }
+
     /// Connects, handshakes with guest/guest PLAIN, and opens the vhost. Returns the client, the
     /// broker's connection.start and the values the client sent in tune-ok.
     pub async fn handshake(

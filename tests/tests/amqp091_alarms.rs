@@ -224,6 +224,64 @@ async fn a_blocked_connection_keeps_heartbeating_and_is_not_timed_out() {
     wait_for_message_count(&admin, &queue, 1).await;
 }
 
+/// A blocked connection is not read, but it still notices its client go: a client that sent
+/// partial messages until it was blocked and then reset (or closed) its socket is torn down
+/// within seconds, heartbeats off, and its partial messages are freed (RabbitMQ's reader sees
+/// the socket close the same way). Before, such a connection stayed until the alarm cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_connection_whose_client_is_gone_is_torn_down() {
+    let broker = TestBroker::start_with(|config| config.vm_memory_high_watermark = 0.0).await;
+    if broker.skip_if_external("sets the memory high watermark") {
+        return;
+    }
+    for reset in [true, false] {
+        let handshake = Handshake {
+            heartbeat: Some(0),
+            ..Default::default()
+        };
+        let (mut client, _, tune) = RawClient::handshake(broker.addr(), handshake).await;
+        client.open_channel(1).await;
+        let queue = unique("alarm-gone");
+        // Partial messages: on each channel a publish and header for 1 MB, then a first body
+        // frame of 64 KiB. A reset reaches the broker however much waits unread; a FIN waits
+        // behind the bytes the broker has not read, so the closing client sends less than a
+        // TCP window (one whose FIN cannot arrive is reset by its kernel later, and seen then).
+        let channels = if reset { 4 } else { 1 };
+        let mut frames = Vec::new();
+        for channel in 1..=channels {
+            if channel > 1 {
+                client.open_channel(channel).await;
+            }
+            let publish = Args::new()
+                .short(0)
+                .shortstr("")
+                .shortstr(&queue)
+                .bits(&[false, false])
+                .build();
+            frames.extend(wire::method_frame(channel, method::BASIC_PUBLISH, &publish));
+            frames.extend(wire::content_header_frame(channel, 1 << 20));
+            let body = if reset { 64 * 1024 } else { 4 * 1024 };
+            frames.extend(wire::frame(wire::FRAME_BODY, channel, &vec![7; body]));
+        }
+        let _ = tune;
+        client.send(&frames).await;
+        let blocked = client.expect_method(0, method::CONNECTION_BLOCKED).await;
+        assert_eq!(blocked.args().shortstr(), "low on memory");
+        let open = broker.core().connection_count();
+        assert!(open >= 1, "{open}");
+        if reset {
+            client.reset();
+        } else {
+            drop(client);
+        }
+        let what = format!("the blocked connection is gone with its client (reset: {reset})");
+        eventually(&what, Duration::from_secs(5), || async {
+            broker.core().connection_count() == open - 1
+        })
+        .await;
+    }
+}
+
 /// The shared part of the memory and disk cases: with an alarm in effect, a lapin publisher
 /// (which announces the capability) is blocked with `reason` and its messages do not arrive;
 /// after `clear` it is unblocked and all of them arrive, in order.

@@ -1,9 +1,11 @@
 //! A client's socket, plain TCP or TLS, split into the halves a connection reads and writes.
 //!
 //! Plain TCP keeps tokio's owned halves (no lock, readiness without a buffer). A TLS stream
-//! is split with `tokio::io::split`: both halves share the rustls session, which is fine for
-//! a connection whose one task reads and writes in turn.
+//! is shared by its halves behind a mutex: a connection's one task reads and writes in turn,
+//! so the lock is never contended, and the reader can still look at the TCP socket under it
+//! (`is_peer_gone`).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -11,7 +13,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf, WriteHalf};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -76,17 +79,20 @@ impl Socket {
             }
             Socket::Tls(stream) => {
                 let _ = stream.get_ref().0.set_nodelay(true);
-                let (reader, writer) = tokio::io::split(*stream);
-                (SocketReader::Tls(reader), SocketWriter::Tls(writer))
+                let shared = Arc::new(Mutex::new(*stream));
+                (SocketReader::Tls(shared.clone()), SocketWriter::Tls(shared))
             }
         }
     }
 }
 
+/// A TLS stream both halves use.
+type SharedTls = Arc<Mutex<TlsStream<TcpStream>>>;
+
 /// The half a connection reads.
 pub enum SocketReader {
     Tcp(OwnedReadHalf),
-    Tls(ReadHalf<TlsStream<TcpStream>>),
+    Tls(SharedTls),
 }
 
 impl SocketReader {
@@ -99,6 +105,27 @@ impl SocketReader {
             SocketReader::Tls(_) => Ok(()),
         }
     }
+
+    /// Whether the peer has closed or reset the connection, seen without reading: for a
+    /// connection that has stopped reading (blocked by an alarm), whose client may be gone.
+    pub fn is_peer_gone(&self) -> bool {
+        match self {
+            SocketReader::Tcp(reader) => closed_or_reset(reader.as_ref()),
+            SocketReader::Tls(stream) => closed_or_reset(stream.lock().get_ref().0),
+        }
+    }
+}
+
+/// The socket's readiness as epoll last reported it, without waiting: a FIN (read closed) or
+/// a reset (error) shows even while unread bytes wait in the socket.
+fn closed_or_reset(socket: &TcpStream) -> bool {
+    let ready = std::pin::pin!(socket.ready(Interest::READABLE));
+    let mut context = Context::from_waker(std::task::Waker::noop());
+    match ready.poll(&mut context) {
+        Poll::Ready(Ok(ready)) => ready.is_read_closed() || ready.is_error(),
+        Poll::Ready(Err(_)) => true,
+        Poll::Pending => false,
+    }
 }
 
 impl AsyncRead for SocketReader {
@@ -109,7 +136,7 @@ impl AsyncRead for SocketReader {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             SocketReader::Tcp(reader) => Pin::new(reader).poll_read(cx, buf),
-            SocketReader::Tls(reader) => Pin::new(reader).poll_read(cx, buf),
+            SocketReader::Tls(stream) => Pin::new(&mut *stream.lock()).poll_read(cx, buf),
         }
     }
 }
@@ -117,7 +144,7 @@ impl AsyncRead for SocketReader {
 /// The half a connection writes.
 pub enum SocketWriter {
     Tcp(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream<TcpStream>>),
+    Tls(SharedTls),
 }
 
 impl AsyncWrite for SocketWriter {
@@ -128,7 +155,7 @@ impl AsyncWrite for SocketWriter {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             SocketWriter::Tcp(writer) => Pin::new(writer).poll_write(cx, buf),
-            SocketWriter::Tls(writer) => Pin::new(writer).poll_write(cx, buf),
+            SocketWriter::Tls(stream) => Pin::new(&mut *stream.lock()).poll_write(cx, buf),
         }
     }
 
@@ -139,28 +166,30 @@ impl AsyncWrite for SocketWriter {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             SocketWriter::Tcp(writer) => Pin::new(writer).poll_write_vectored(cx, bufs),
-            SocketWriter::Tls(writer) => Pin::new(writer).poll_write_vectored(cx, bufs),
+            SocketWriter::Tls(stream) => {
+                Pin::new(&mut *stream.lock()).poll_write_vectored(cx, bufs)
+            }
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             SocketWriter::Tcp(writer) => writer.is_write_vectored(),
-            SocketWriter::Tls(writer) => writer.is_write_vectored(),
+            SocketWriter::Tls(stream) => stream.lock().is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             SocketWriter::Tcp(writer) => Pin::new(writer).poll_flush(cx),
-            SocketWriter::Tls(writer) => Pin::new(writer).poll_flush(cx),
+            SocketWriter::Tls(stream) => Pin::new(&mut *stream.lock()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             SocketWriter::Tcp(writer) => Pin::new(writer).poll_shutdown(cx),
-            SocketWriter::Tls(writer) => Pin::new(writer).poll_shutdown(cx),
+            SocketWriter::Tls(stream) => Pin::new(&mut *stream.lock()).poll_shutdown(cx),
         }
     }
 }

@@ -292,7 +292,8 @@ impl Connection {
             let blocked = self.throttle.is_blocked();
             let mut from_outbox = false;
             tokio::select! {
-                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk), if !blocked => {
+                // Blocked, it reads nothing but still ends when the client is gone.
+                read = read_into(&mut self.reader, &mut self.rbuf, self.read_chunk, blocked) => {
                     let (read, space) = read?;
                     if read == 0 {
                         return Err(Fault::Gone("peer closed the socket".into()));
@@ -309,6 +310,7 @@ impl Connection {
                     self.give_back_read_buffer();
                 }
                 () = self.throttle.changed(), if blocked => self.on_alarms_changed().await?,
+
                 Ok(()) = self.access.changed() => self.on_access_changed()?,
                 // Taken below, with whatever else arrived during this turn.
                 () = outbox.notified() => from_outbox = true,
@@ -804,14 +806,38 @@ async fn tick(ticker: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// How often a blocked connection checks whether its client is still there.
+const BLOCKED_PEER_CHECK: Duration = Duration::from_secs(1);
+
+/// Resolves once the peer has closed or reset the socket, checked every
+/// `BLOCKED_PEER_CHECK` (the socket is not read meanwhile, so its readiness alone cannot wake
+/// the connection: unread bytes keep it readable).
+async fn peer_gone(reader: &SocketReader) {
+    loop {
+        tokio::time::sleep(BLOCKED_PEER_CHECK).await;
+        if reader.is_peer_gone() {
+            return;
+        }
+    }
+}
+
 /// Reads into `rbuf` with at least `chunk` bytes of room; returns the bytes read and the room
 /// there was. A buffer that was given back is reserved again only once the socket is readable,
 /// so that a connection waiting for its client holds none.
+///
+/// A `blocked` connection (see `throttle.rs`) reads nothing: this waits until its client is
+/// gone and then reports end of file. Not reading, it would otherwise notice neither a close
+/// nor a reset (without heartbeats, never) and keep the client's partial messages forever.
 async fn read_into(
     reader: &mut SocketReader,
     rbuf: &mut BytesMut,
     chunk: usize,
+    blocked: bool,
 ) -> std::io::Result<(usize, usize)> {
+    if blocked {
+        peer_gone(reader).await;
+        return Ok((0, 0));
+    }
     if rbuf.capacity() == 0 {
         reader.readable().await?;
     }
