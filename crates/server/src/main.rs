@@ -53,7 +53,8 @@ struct ServerArgs {
     /// TOML config file; keys are documented in README.md. Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// AMQP 0.9.1 port [default: 5672].
+    /// AMQP port, 0.9.1 and 1.0 [default: 5672]; replaces the config file's plain AMQP
+    /// listeners (`listeners.tcp.*`) with one on --bind-address.
     #[arg(long, value_name = "N")]
     amqp_port: Option<u16>,
     /// Management HTTP API port [default: 15672].
@@ -71,7 +72,8 @@ struct ServerArgs {
     /// Data directory [default: ./warren-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Address to bind [default: ::, every interface, IPv4 and IPv6].
+    /// Address to bind the listeners whose address the config file does not give [default:
+    /// ::, every interface, IPv4 and IPv6].
     #[arg(long, value_name = "ADDR")]
     bind_address: Option<std::net::IpAddr>,
 }
@@ -104,6 +106,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     if let Some(port) = args.amqp_port {
         config.amqp_port = port;
+        config.amqp_listeners = None;
     }
     if let Some(port) = args.http_port {
         config.management_port = Some(port);
