@@ -64,8 +64,14 @@ pub fn server_config(options: &TlsOptions, what: &str) -> Result<Arc<ServerConfi
     let missing = |key: &str| {
         format!("{what}: TLS needs {key} (the PEM file with the broker's {key}); set it")
     };
-    let certfile = options.certfile.as_deref().ok_or_else(|| missing("certfile"))?;
-    let keyfile = options.keyfile.as_deref().ok_or_else(|| missing("keyfile"))?;
+    let certfile = options
+        .certfile
+        .as_deref()
+        .ok_or_else(|| missing("certfile"))?;
+    let keyfile = options
+        .keyfile
+        .as_deref()
+        .ok_or_else(|| missing("keyfile"))?;
     let chain = certificates(certfile, what)?;
     let key = PrivateKeyDer::from_pem_file(keyfile).map_err(|error| {
         format!(
@@ -281,7 +287,10 @@ mod tests {
 
     #[test]
     fn versions_are_rabbitmqs_names() {
-        assert_eq!(protocol_versions(&["tlsv1.3".into()], "x").unwrap().len(), 1);
+        assert_eq!(
+            protocol_versions(&["tlsv1.3".into()], "x").unwrap().len(),
+            1
+        );
         let error = protocol_versions(&["tlsv1.1".into()], "AMQPS").unwrap_err();
         assert!(error.contains("tlsv1.1"), "{error}");
         assert!(protocol_versions(&["tls9".into()], "x").is_err());
