@@ -13,6 +13,7 @@
 //! and a connection cap.
 
 pub mod auth;
+pub mod certificate_expiration;
 pub mod convert;
 pub mod error;
 pub mod listen;
