@@ -10,11 +10,13 @@
 //! router into [`api_router`]'s result before it is served; see [`start_with_routes`].
 //!
 //! Every listener, plain or TLS, is served by [`serve`]'s accept loop with Cowboy's timeouts
-//! and a connection cap.
+//! and a connection cap; the API refuses non-JSON bodies on requests that change something
+//! ([`cross_site`]).
 
 pub mod auth;
 pub mod certificate_expiration;
 pub mod convert;
+pub mod cross_site;
 pub mod error;
 pub mod listen;
 pub mod prometheus;
@@ -175,8 +177,8 @@ pub async fn start_with_routes(
         // Only the HTTP API shows rates: without it nothing samples (nor holds samples).
         tasks.push(tokio::spawn(rates.run(broker, shutdown.clone())));
     }
-    let api = ui::with_ui(routes::api_router(state.clone(), extend));
-    let metrics = prometheus::router(state);
+    let api = cross_site::protect(ui::with_ui(routes::api_router(state.clone(), extend)));
+    let metrics = prometheus::router(state).layer(cross_site::nosniff());
     let routed = api_ports.into_iter().map(|port| (port, api.clone())).chain(
         prometheus_ports
             .into_iter()
