@@ -68,7 +68,8 @@ pub async fn require_json_body(request: Request, next: Next) -> Response {
         None => "none".to_string(),
         Some(value) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
     };
-    tracing::debug!(method = %request.method(), uri = %request.uri(), %got, "non-JSON body refused");
+    let (method, uri) = (request.method(), request.uri());
+    tracing::debug!(%method, %uri, %got, "a request body that is not JSON refused");
     unsupported_media_type(&got).into_response()
 }
 

@@ -173,10 +173,10 @@ impl Cap {
         }
         tracing::warn!(
             connections_max = CONNECTIONS_MAX,
-            "the {} listener has {CONNECTIONS_MAX} connections, its cap: new clients wait \
-             until one closes ({} times since the last such line)",
+            waits_since_last_line = self.waits_unlogged,
+            "the {} listener is at its cap of {CONNECTIONS_MAX} connections: new clients wait \
+             until one closes",
             self.what,
-            self.waits_unlogged
         );
         self.last_logged = Some(Instant::now());
         self.waits_unlogged = 0;
