@@ -186,6 +186,8 @@ pub async fn start_with_routes(
     );
     for (port, router) in routed {
         if let Some(port) = port {
+            let (what, addr) = (port.what, port.entry.addr);
+            tracing::info!(%addr, "{what} listener ready, listening on {addr}");
             tasks.push(tokio::spawn(port.serve(router, shutdown.clone())));
         }
     }
@@ -254,13 +256,11 @@ impl Bound {
     }
 
     async fn serve(self, router: Router, shutdown: watch::Receiver<bool>) {
-        let (what, addr) = (self.what, self.entry.addr);
-        tracing::info!(%addr, "{what} listener ready, listening on {addr}");
         let endpoint = serve::Endpoint {
             listener: self.listener,
             router,
             tls: self.tls,
-            what,
+            what: self.what,
         };
         serve::run(endpoint, shutdown).await;
     }
