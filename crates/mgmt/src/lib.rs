@@ -8,9 +8,15 @@
 //!
 //! More routes (users, vhosts, permissions, policies, definitions) are added by merging a
 //! router into [`api_router`]'s result before it is served; see [`start_with_routes`].
+//!
+//! Every listener, plain or TLS, is served by [`serve`]'s accept loop with Cowboy's timeouts
+//! and a connection cap; the API refuses non-JSON bodies on requests that change something
+//! ([`cross_site`]).
 
 pub mod auth;
+pub mod certificate_expiration;
 pub mod convert;
+pub mod cross_site;
 pub mod error;
 pub mod listen;
 pub mod prometheus;
@@ -18,6 +24,7 @@ mod prometheus_detailed;
 pub mod query;
 pub mod rates;
 mod routes;
+pub mod serve;
 pub mod tls;
 pub mod ui;
 
@@ -31,6 +38,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use warren_core::Broker;
 
 pub use rates::Rates;
@@ -87,7 +95,9 @@ pub struct ApiState {
 /// The running management listeners.
 pub struct Mgmt {
     http_addr: Option<SocketAddr>,
+    https_addr: Option<SocketAddr>,
     prometheus_addr: Option<SocketAddr>,
+    prometheus_https_addr: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -96,8 +106,16 @@ impl Mgmt {
         self.http_addr
     }
 
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https_addr
+    }
+
     pub fn prometheus_addr(&self) -> Option<SocketAddr> {
         self.prometheus_addr
+    }
+
+    pub fn prometheus_https_addr(&self) -> Option<SocketAddr> {
+        self.prometheus_https_addr
     }
 
     /// Waits for the listeners to stop (they stop when shutdown is signalled).
@@ -125,28 +143,27 @@ pub async fn start_with_routes(
     shutdown: watch::Receiver<bool>,
     extend: impl FnOnce(Router<Arc<ApiState>>) -> Router<Arc<ApiState>>,
 ) -> io::Result<Mgmt> {
-    if config.https.is_some() || config.prometheus_https.is_some() {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "HTTPS for the management API and Prometheus is not served yet: remove the \
-             management.ssl.* and prometheus.ssl.* settings",
-        ));
-    }
-    let http = bind(config.http, "HTTP API").await?;
-    let prometheus = bind(config.prometheus, "Prometheus").await?;
-    let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
-    let prometheus_addr = prometheus
-        .as_ref()
-        .map(TcpListener::local_addr)
-        .transpose()?;
-    let plain = |protocol, addr| Listener {
-        protocol,
-        addr,
-        certfile: None,
+    let http = Bound::plain(config.http, "http", "management HTTP API")?;
+    let https = Bound::tls(config.https.as_ref(), "https", "management HTTPS API")?;
+    let prometheus = Bound::plain(config.prometheus, "http/prometheus", "Prometheus")?;
+    let prometheus_https = Bound::tls(
+        config.prometheus_https.as_ref(),
+        "https/prometheus",
+        "Prometheus HTTPS",
+    )?;
+    let api_ports = [http, https];
+    let prometheus_ports = [prometheus, prometheus_https];
+    let addr_of = |bound: &Option<Bound>| bound.as_ref().map(|bound| bound.entry.addr);
+    let mgmt_addrs = Mgmt {
+        http_addr: addr_of(&api_ports[0]),
+        https_addr: addr_of(&api_ports[1]),
+        prometheus_addr: addr_of(&prometheus_ports[0]),
+        prometheus_https_addr: addr_of(&prometheus_ports[1]),
+        tasks: Vec::new(),
     };
     let mut listeners = config.amqp_listeners.clone();
-    listeners.extend(http_addr.map(|addr| plain("http", addr)));
-    listeners.extend(prometheus_addr.map(|addr| plain("http/prometheus", addr)));
+    let bound = api_ports.iter().chain(&prometheus_ports).flatten();
+    listeners.extend(bound.map(|bound| bound.entry.clone()));
     let rates = Arc::new(Rates::default());
     let state = Arc::new(ApiState {
         broker: broker.clone(),
@@ -156,48 +173,95 @@ pub async fn start_with_routes(
         listeners,
     });
     let mut tasks = Vec::new();
-    if let Some(listener) = http {
+    if api_ports.iter().any(Option::is_some) {
         // Only the HTTP API shows rates: without it nothing samples (nor holds samples).
         tasks.push(tokio::spawn(rates.run(broker, shutdown.clone())));
-        let addr = http_addr.expect("invariant: a bound listener has an address");
-        let router = ui::with_ui(routes::api_router(state.clone(), extend));
-        tracing::info!(%addr, "management HTTP API listener ready, listening on {addr}");
-        tasks.push(tokio::spawn(serve(listener, router, shutdown.clone())));
     }
-    if let Some(listener) = prometheus {
-        let addr = prometheus_addr.expect("invariant: a bound listener has an address");
-        let router = prometheus::router(state.clone());
-        tracing::info!(%addr, "Prometheus listener ready, listening on {addr}");
-        tasks.push(tokio::spawn(serve(listener, router, shutdown)));
+    let api = cross_site::protect(ui::with_ui(routes::api_router(state.clone(), extend)));
+    let metrics = prometheus::router(state).layer(cross_site::nosniff());
+    let routed = api_ports.into_iter().map(|port| (port, api.clone())).chain(
+        prometheus_ports
+            .into_iter()
+            .map(|port| (port, metrics.clone())),
+    );
+    for (port, router) in routed {
+        if let Some(port) = port {
+            let (what, addr) = (port.what, port.entry.addr);
+            tracing::info!(%addr, "{what} listener ready, listening on {addr}");
+            tasks.push(tokio::spawn(port.serve(router, shutdown.clone())));
+        }
     }
     Ok(Mgmt {
-        http_addr,
-        prometheus_addr,
         tasks,
+        ..mgmt_addrs
     })
 }
 
-async fn bind(addr: Option<SocketAddr>, what: &str) -> io::Result<Option<TcpListener>> {
-    let Some(addr) = addr else {
-        return Ok(None);
-    };
-    listen::bind_tcp(addr).map(Some).map_err(|error| {
-        io::Error::new(
-            error.kind(),
-            format!("cannot listen for the {what} on {addr}: {error}"),
-        )
-    })
+/// A bound listener, before it serves.
+struct Bound {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    /// How `/api/overview` lists it.
+    entry: Listener,
+    /// Its name in log lines.
+    what: &'static str,
 }
 
-async fn serve(listener: TcpListener, router: Router, mut shutdown: watch::Receiver<bool>) {
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    if let Err(error) = axum::serve(listener, service)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(%error, "management listener failed");
+impl Bound {
+    fn plain(
+        addr: Option<SocketAddr>,
+        protocol: &'static str,
+        what: &'static str,
+    ) -> io::Result<Option<Bound>> {
+        let Some(addr) = addr else {
+            return Ok(None);
+        };
+        Bound::bind(addr, protocol, what, None).map(Some)
+    }
+
+    fn tls(
+        config: Option<&TlsListener>,
+        protocol: &'static str,
+        what: &'static str,
+    ) -> io::Result<Option<Bound>> {
+        let Some(config) = config else {
+            return Ok(None);
+        };
+        Bound::bind(config.addr, protocol, what, Some(config)).map(Some)
+    }
+
+    fn bind(
+        addr: SocketAddr,
+        protocol: &'static str,
+        what: &'static str,
+        tls: Option<&TlsListener>,
+    ) -> io::Result<Bound> {
+        let listener = listen::bind_tcp(addr).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("cannot listen for the {what} on {addr}: {error}"),
+            )
+        })?;
+        let entry = Listener {
+            protocol,
+            addr: listener.local_addr()?,
+            certfile: tls.map(|tls| tls.certfile.clone()),
+        };
+        Ok(Bound {
+            listener,
+            tls: tls.map(|tls| TlsAcceptor::from(tls.tls.clone())),
+            entry,
+            what,
+        })
+    }
+
+    async fn serve(self, router: Router, shutdown: watch::Receiver<bool>) {
+        let endpoint = serve::Endpoint {
+            listener: self.listener,
+            router,
+            tls: self.tls,
+            what: self.what,
+        };
+        serve::run(endpoint, shutdown).await;
     }
 }

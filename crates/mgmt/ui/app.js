@@ -296,8 +296,10 @@ function drawChart(canvas, h, series, unit) {
     legend.innerHTML = series.map((s) => {
       const v = lastValues[s.key];
       const shown = v === null ? "–" : unit === "/s" ? fmtRate(v) : fmtNum(v);
-      return `<span><span class="sw" style="background:${s.color}"></span>${esc(s.label)}<b>${shown}</b></span>`;
+      return `<span><span class="sw"></span>${esc(s.label)}<b>${shown}</b></span>`;
     }).join("");
+    // Colours go through the CSSOM: the Content-Security-Policy refuses style attributes.
+    legend.querySelectorAll(".sw").forEach((sw, i) => { sw.style.background = series[i].color; });
   }
 }
 
@@ -532,7 +534,7 @@ pages.overview = {
         ${chartCard("chart-messages", "Queued messages")}
         ${chartCard("chart-rates", "Message rates")}
       </div>
-      <div class="grid2" style="margin-top:16px">
+      <div class="grid2 mt-16">
         <div class="card"><h2>Node</h2><div id="ov-node" class="muted">loading…</div></div>
         <div class="stack">
           <div class="card"><h2>Alarms</h2><div id="ov-alarms" class="muted">loading…</div></div>
@@ -574,16 +576,17 @@ pages.overview = {
       const headroom = n.disk_free_limit ? n.disk_free / n.disk_free_limit : 0;
       $("#ov-node").innerHTML = `
         <div><b>Memory</b> <span class="muted">${fmtBytes(n.mem_used)} resident of ${fmtBytes(n.mem_limit)} high watermark (${pct.toFixed(1)}%)</span></div>
-        <div class="meter ${cls}" id="mem-meter" data-used="${esc(n.mem_used)}" data-limit="${esc(n.mem_limit)}"><div style="width:${pct.toFixed(2)}%"></div></div>
-        <div style="margin-top:12px"><b>Disk</b> <span class="muted">${fmtBytes(n.disk_free)} free, alarm below ${fmtBytes(n.disk_free_limit)}</span>
+        <div class="meter ${cls}" id="mem-meter" data-used="${esc(n.mem_used)}" data-limit="${esc(n.mem_limit)}"><div></div></div>
+        <div class="mt-12"><b>Disk</b> <span class="muted">${fmtBytes(n.disk_free)} free, alarm below ${fmtBytes(n.disk_free_limit)}</span>
           <span class="badge ${n.disk_free_alarm ? "bad" : headroom < 2 ? "warn" : "ok"}">${n.disk_free_alarm ? "disk alarm" : headroom ? headroom.toFixed(1) + "× the limit" : "–"}</span></div>
-        <dl class="kv" style="margin-top:14px">
+        <dl class="kv mt-14">
           <dt>Node</dt><dd>${esc(n.name)}</dd>
           <dt>Uptime</dt><dd>${fmtUptime(n.uptime)}</dd>
           <dt>OS pid</dt><dd>${esc(n.os_pid)}</dd>
           <dt>Cores</dt><dd>${esc(n.processors)}</dd>
           <dt>Plugins</dt><dd>${(n.enabled_plugins || []).map((p) => `<span class="badge tag">${esc(p)}</span>`).join("")}</dd>
         </dl>`;
+      $("#mem-meter > div").style.width = pct.toFixed(2) + "%";
     } catch (e) {
       $("#ov-node").innerHTML = apiProblem(e, "/api/nodes");
     }
@@ -729,9 +732,9 @@ pages.queue = {
         ${chartCard("chart-q-messages", "Queued messages")}
         ${chartCard("chart-q-rates", "Message rates")}
       </div>
-      <div class="grid2" style="margin-top:16px">
+      <div class="grid2 mt-16">
         <div class="card"><h2>Get messages</h2>
-          <p class="muted" style="margin-top:-6px">Getting messages is destructive unless they are requeued.</p>
+          <p class="muted hint">Getting messages is destructive unless they are requeued.</p>
           <form class="form" id="qp-get">
             <label>Ack mode <select name="ackmode">
               <option value="ack_requeue_true">Nack, requeue</option>
@@ -745,7 +748,7 @@ pages.queue = {
           <div class="result" id="qp-get-result"></div><div id="qp-messages"></div>
         </div>
         <div class="card"><h2>Publish message</h2>
-          <p class="muted" style="margin-top:-6px">Published to the default exchange with this queue's name as the routing key.</p>
+          <p class="muted hint">Published to the default exchange with this queue's name as the routing key.</p>
           <form class="form" id="qp-pub">
             <label>Delivery mode <select name="delivery_mode"><option value="1">1 – non-persistent</option><option value="2">2 – persistent</option></select></label>
             <label>Content type <input name="content_type" placeholder="text/plain"></label>
@@ -754,7 +757,7 @@ pages.queue = {
           </form><div class="result" id="qp-pub-result"></div>
         </div>
       </div>
-      <div class="grid2" style="margin-top:16px">
+      <div class="grid2 mt-16">
         <div class="card"><h2>Details</h2><div id="qp-details"></div></div>
         <div class="card"><h2>Bindings</h2><div id="qp-bindings" class="muted">loading…</div></div>
       </div>`;

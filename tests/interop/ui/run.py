@@ -118,6 +118,8 @@ class Browser:
         )
         self.call("Page.enable")
         self.call("Runtime.enable")
+        # Content-Security-Policy violations are reported here, not as console calls.
+        self.call("Log.enable")
         self.call(
             "Emulation.setDeviceMetricsOverride",
             {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
@@ -162,6 +164,10 @@ class Browser:
                 details = message["params"]["exceptionDetails"]
                 text = details.get("exception", {}).get("description") or details.get("text")
                 self.errors.append(text)
+            elif message.get("method") == "Log.entryAdded":
+                entry = message["params"]["entry"]
+                if entry.get("level") == "error" and "Content Security Policy" in entry.get("text", ""):
+                    self.errors.append(entry["text"])
             elif message.get("method") == "Runtime.consoleAPICalled":
                 if message["params"].get("type") == "error":
                     args = message["params"].get("args", [])

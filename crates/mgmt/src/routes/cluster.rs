@@ -116,32 +116,22 @@ fn normalise_protocol(protocol: &str) -> String {
     }
 }
 
-/// `GET /api/health/checks/certificate-expiration/{within}/{unit}`: ok when no listener uses
-/// TLS (RabbitMQ's answer then); with TLS listeners Warren cannot check their certificates
-/// yet and says so.
+/// `GET /api/health/checks/certificate-expiration/{within}/{unit}`: ok unless a TLS
+/// listener's certificate expires within the period (or is not valid yet, or unreadable):
+/// then 503 `{"status": "failed", "reason": ..., "expired": [listener, ...]}`, as RabbitMQ.
 pub async fn certificate_expiration(
     State(state): State<Arc<ApiState>>,
     Path((within, unit)): Path<(String, String)>,
-) -> ApiResult<Json<Json_>> {
-    within.parse::<u64>().map_err(|_| {
-        ApiError::bad_request(format!("invalid period '{within}': expected an integer"))
-    })?;
-    if !["days", "weeks", "months", "years"].contains(&unit.as_str()) {
-        return Err(ApiError::bad_request(format!(
-            "invalid unit '{unit}': expected days, weeks, months or years"
-        )));
+) -> ApiResult<(StatusCode, Json<Json_>)> {
+    let seconds = crate::certificate_expiration::period_seconds(&within, &unit)
+        .map_err(ApiError::bad_request)?;
+    let expired =
+        crate::certificate_expiration::expiring(&state.listeners, &state.node, seconds).await;
+    if expired.is_empty() {
+        return Ok((StatusCode::OK, Json(json!({"status": "ok"}))));
     }
-    let tls = state
-        .listeners
-        .iter()
-        .any(|listener| listener.certfile.is_some());
-    if tls {
-        return Err(ApiError::not_implemented(
-            "/api/health/checks/certificate-expiration: Warren does not check its TLS \
-             listeners' certificates yet",
-        ));
-    }
-    Ok(Json(json!({"status": "ok"})))
+    let body = json!({"status": "failed", "reason": "Certificates expiring", "expired": expired});
+    Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)))
 }
 
 /// `POST /api/vhosts/{vhost}/start/{node}`: a vhost of this node is running while the node
