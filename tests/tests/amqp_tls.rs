@@ -219,9 +219,20 @@ async fn amqp091_over_tls_with_and_without_a_client_certificate() {
     );
     assert_eq!(entry["peer_cert_issuer"], "CN=warren test CA", "{entry}");
     bounded!(with.close(200, "OK".into())).unwrap();
-    // The plain listener is still there, beside the TLS one.
+    // The plain listener is still there, beside the TLS one, and the API lists both.
     let plain = broker.connect().await;
     round_trip(&plain).await;
+    let overview = Api::new(&broker).get("/api/overview").await;
+    let listeners: Vec<(String, u64)> = overview["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["protocol"].as_str().unwrap().to_owned(), l["port"].as_u64().unwrap()))
+        .collect();
+    let amqps = u64::from(broker.amqps_addr().unwrap().port());
+    let amqp = u64::from(broker.addr().port());
+    assert!(listeners.contains(&("amqp/ssl".into(), amqps)), "{listeners:?}");
+    assert!(listeners.contains(&("amqp".into(), amqp)), "{listeners:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
