@@ -3,8 +3,9 @@ then resets its socket: does the broker free that memory and clear the alarm?
 
 Usage: blocked_reap.py HOST AMQP_PORT HTTP_PORT BROKER_PID [MAX_MB]
 Speaks AMQP 0.9.1 by hand (stdlib only): heartbeats off, the connection.blocked capability on,
-one basic.publish announcing a 1 GiB body followed by body frames until connection.blocked
-arrives (or MAX_MB are sent). Prints one line a second: the broker's RSS and whether its
+partial messages of 120 MiB each (under the default max_message_size), one per channel: a
+basic.publish, its header and all but the last body frame, until connection.blocked arrives
+(or MAX_MB are sent). Prints one line a second: the broker's RSS and whether its
 memory alarm is on (GET /api/nodes, as guest); the last line is a verdict.
 """
 
@@ -90,25 +91,35 @@ def handshake():
     sock.sendall(method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0)))
     sock.sendall(method(0, 10, 40, shortstr("/") + shortstr("") + b"\x00"))
     expect(sock, 10, 41)
-    sock.sendall(method(1, 20, 10, shortstr("")))
-    expect(sock, 20, 11)
     return sock, frame_max
 
 
+MESSAGE_BYTES = 120 << 20
+
+
 def fill_until_blocked(sock, frame_max):
-    """Sends one partial message until connection.blocked arrives; the MB sent."""
-    publish = struct.pack(">H", 0) + shortstr("") + shortstr("blocked-reap") + b"\x00"
-    sock.sendall(method(1, 60, 40, publish))
-    header = struct.pack(">HHQH", 60, 0, 1 << 30, 0)
-    sock.sendall(frame(2, 1, header))
-    body = frame(3, 1, b"\x07" * (frame_max - 8))
+    """Sends partial messages until connection.blocked arrives; the MB sent."""
+    body = b"\x07" * (frame_max - 8)
     sent = 0
     last = time.monotonic()
-    sock.settimeout(0.2)
+    channel = 0
+    left = 0
     while sent < MAX_MB << 20:
+        if left <= len(body):
+            # This message stays partial: on to the next channel and message.
+            channel += 1
+            sock.settimeout(10)
+            sock.sendall(method(channel, 20, 10, shortstr("")))
+            expect(sock, 20, 11)
+            publish = struct.pack(">H", 0) + shortstr("") + shortstr("blocked-reap") + b"\x00"
+            sock.sendall(method(channel, 60, 40, publish))
+            sock.sendall(frame(2, channel, struct.pack(">HHQH", 60, 0, MESSAGE_BYTES, 0)))
+            left = MESSAGE_BYTES
+        sock.settimeout(0.2)
         try:
-            sock.sendall(body)
+            sock.sendall(frame(3, channel, body))
             sent += len(body)
+            left -= len(body)
         except socket.timeout:
             pass  # the broker stopped reading: look for connection.blocked
         now = time.monotonic()
@@ -122,8 +133,6 @@ def fill_until_blocked(sock, frame_max):
                 return sent >> 20
         except (BlockingIOError, socket.timeout):
             pass
-        finally:
-            sock.settimeout(0.2)
     return sent >> 20
 
 
@@ -133,7 +142,7 @@ def main():
     sock, frame_max = handshake()
     sent_mb = fill_until_blocked(sock, frame_max)
     blocked_rss = rss_mb()
-    print(f"blocked after {sent_mb} MB of one partial message: broker RSS {blocked_rss:.0f} MB, "
+    print(f"blocked after {sent_mb} MB of partial messages: broker RSS {blocked_rss:.0f} MB, "
           f"memory alarm: {mem_alarm()}", flush=True)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
