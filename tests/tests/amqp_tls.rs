@@ -227,11 +227,19 @@ async fn amqp091_over_tls_with_and_without_a_client_certificate() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["protocol"].as_str().unwrap().to_owned(), l["port"].as_u64().unwrap()))
+        .map(|l| {
+            (
+                l["protocol"].as_str().unwrap().to_owned(),
+                l["port"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let amqps = u64::from(broker.amqps_addr().unwrap().port());
     let amqp = u64::from(broker.addr().port());
-    assert!(listeners.contains(&("amqp/ssl".into(), amqps)), "{listeners:?}");
+    assert!(
+        listeners.contains(&("amqp/ssl".into(), amqps)),
+        "{listeners:?}"
+    );
     assert!(listeners.contains(&("amqp".into(), amqp)), "{listeners:?}");
 }
 
