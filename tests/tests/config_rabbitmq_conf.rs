@@ -102,3 +102,70 @@ async fn unsupported_rabbitmq_conf_key_names_file_key_and_line() {
     assert!(error.contains("line 2"), "{error}");
     assert!(error.contains("collect_statistics_interval"), "{error}");
 }
+
+/// RabbitMQ's listener keys: several `listeners.tcp.N` sockets, each on its own address, and
+/// the management API and Prometheus on an address of their own (`management.tcp.ip`,
+/// `prometheus.tcp.ip`), each reachable there and only there.
+#[tokio::test]
+async fn several_amqp_listeners_and_http_on_addresses_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rabbitmq.conf");
+    let conf = format!(
+        "listeners.tcp.1 = 127.0.0.1:0\n\
+         listeners.tcp.2 = ::1:0\n\
+         management.tcp.ip = ::1\n\
+         management.tcp.port = 0\n\
+         prometheus.tcp.ip = 127.0.0.1\n\
+         prometheus.tcp.port = 0\n\
+         vm_memory_high_watermark.relative = 1.0\n\
+         disk_free_limit.absolute = 1MB\n\
+         data_dir = {}\n",
+        dir.path().join("data").display()
+    );
+    std::fs::write(&path, conf).unwrap();
+    let config = warren_server::Config::from_file(&path).unwrap();
+    let running = warren_server::start(config).await.unwrap();
+    let amqp: Vec<SocketAddr> = running.amqp_addrs().to_vec();
+    assert_eq!(amqp.len(), 2, "{amqp:?}");
+    assert_eq!(amqp[0].ip().to_string(), "127.0.0.1");
+    assert_eq!(amqp[1].ip().to_string(), "::1");
+    for addr in &amqp {
+        assert!(amqp_greets(*addr).await, "no connection.start from {addr}");
+        // guest logs in and opens the vhost on each (loopback both).
+        let handshake = warren_tests::raw::Handshake::default();
+        let _ = warren_tests::raw::RawClient::handshake(*addr, handshake).await;
+    }
+    // Each listener has its own address: the IPv6 one does not answer on IPv4.
+    let other_family = SocketAddr::new("127.0.0.1".parse().unwrap(), amqp[1].port());
+    assert!(!amqp_greets(other_family).await, "{other_family} answered");
+
+    let client = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let http = running.http_addr().unwrap();
+    assert_eq!(http.ip().to_string(), "::1");
+    let overview = format!("http://[::1]:{}/api/overview", http.port());
+    assert_eq!(status(&client, &overview).await, 200, "{overview}");
+    let overview_v4 = format!("http://127.0.0.1:{}/api/overview", http.port());
+    assert_eq!(status(&client, &overview_v4).await, 0, "{overview_v4}");
+    let metrics = running.prometheus_addr().unwrap();
+    assert_eq!(metrics.ip().to_string(), "127.0.0.1");
+    let scrape = format!("http://127.0.0.1:{}/metrics", metrics.port());
+    assert_eq!(status(&client, &scrape).await, 200, "{scrape}");
+    let overview: serde_json::Value = client
+        .get(&overview)
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed: Vec<u64> = overview["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["protocol"] == "amqp")
+        .map(|l| l["port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2, "{overview}");
+    running.shutdown().await;
+}
