@@ -52,11 +52,7 @@ impl Api {
         body: Option<Value>,
     ) -> (StatusCode, Value) {
         let (status, text) = self.request(method, path, body).await;
-        let json = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-        };
+        let json = parse(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
         (status, json)
     }
 
@@ -69,11 +65,7 @@ impl Api {
         body: Option<Value>,
     ) -> (StatusCode, Value) {
         let (status, text) = self.request(method, path, body).await;
-        let json = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
+        let json = parse(&text).unwrap_or(Value::String(text));
         (status, json)
     }
 
@@ -108,4 +100,12 @@ impl Api {
         let status = response.status();
         (status, bounded!(response.text()).expect("HTTP body"))
     }
+}
+
+/// A response body as JSON; an empty one is `Null`.
+fn parse(text: &str) -> serde_json::Result<Value> {
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text)
 }

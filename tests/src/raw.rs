@@ -126,6 +126,19 @@ impl RawClient {
         }
     }
 
+    /// Connects and handshakes with `frame_max` (which the broker must accept as is), then
+    /// opens channel 1.
+    pub async fn session(addr: SocketAddr, frame_max: u32) -> RawClient {
+        let options = Handshake {
+            frame_max: Some(frame_max),
+            ..Default::default()
+        };
+        let (mut client, _, tune) = RawClient::handshake(addr, options).await;
+        assert_eq!(tune.frame_max, frame_max);
+        client.open_channel(1).await;
+        client
+    }
+
     /// Closes the socket with a reset (SO_LINGER 0), as a client that crashes or is killed
     /// mid-write leaves it.
     pub fn reset(self) {

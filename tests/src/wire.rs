@@ -136,6 +136,17 @@ pub fn content_header_frame(channel: u16, body_size: u64) -> Vec<u8> {
     frame(FRAME_HEADER, channel, &payload)
 }
 
+/// The basic.publish method frame alone (no content): a message's first frame.
+pub fn basic_publish(channel: u16, exchange: &str, routing_key: &str, mandatory: bool) -> Vec<u8> {
+    let args = Args::new()
+        .short(0)
+        .shortstr(exchange)
+        .shortstr(routing_key)
+        .bits(&[mandatory, false])
+        .build();
+    method_frame(channel, method::BASIC_PUBLISH, &args)
+}
+
 /// basic.publish, its content header and as many body frames as `frame_max` requires.
 pub fn publish_frames(
     channel: u16,
@@ -145,13 +156,7 @@ pub fn publish_frames(
     body: &[u8],
     frame_max: u32,
 ) -> Vec<u8> {
-    let args = Args::new()
-        .short(0)
-        .shortstr(exchange)
-        .shortstr(routing_key)
-        .bits(&[mandatory, false])
-        .build();
-    let mut out = method_frame(channel, method::BASIC_PUBLISH, &args);
+    let mut out = basic_publish(channel, exchange, routing_key, mandatory);
     let body_size = u64::try_from(body.len()).expect("invariant: usize fits u64");
     out.extend(content_header_frame(channel, body_size));
     let chunk = usize::try_from(frame_max).expect("invariant: u32 fits usize") - 8;

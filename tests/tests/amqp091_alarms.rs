@@ -252,13 +252,7 @@ async fn a_blocked_connection_whose_client_is_gone_is_torn_down() {
             if channel > 1 {
                 client.open_channel(channel).await;
             }
-            let publish = Args::new()
-                .short(0)
-                .shortstr("")
-                .shortstr(&queue)
-                .bits(&[false, false])
-                .build();
-            frames.extend(wire::method_frame(channel, method::BASIC_PUBLISH, &publish));
+            frames.extend(wire::basic_publish(channel, "", &queue, false));
             frames.extend(wire::content_header_frame(channel, 1 << 20));
             let body = if reset { 64 * 1024 } else { 4 * 1024 };
             frames.extend(wire::frame(wire::FRAME_BODY, channel, &vec![7; body]));

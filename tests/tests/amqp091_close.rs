@@ -8,24 +8,11 @@ use warren_tests::{unique, TestBroker};
 
 /// Handshaken raw connection with frame_max 4096 and channel 1 open.
 async fn session(broker: &TestBroker) -> RawClient {
-    let options = Handshake {
-        frame_max: Some(4096),
-        ..Default::default()
-    };
-    let (mut client, _, tune) = RawClient::handshake(broker.addr(), options).await;
-    assert_eq!(tune.frame_max, 4096);
-    client.open_channel(1).await;
-    client
+    RawClient::session(broker.addr(), 4096).await
 }
 
 fn publish_method(routing_key: &str) -> Vec<u8> {
-    let args = Args::new()
-        .short(0)
-        .shortstr("")
-        .shortstr(routing_key)
-        .bits(&[false, false])
-        .build();
-    wire::method_frame(1, method::BASIC_PUBLISH, &args)
+    wire::basic_publish(1, "", routing_key, false)
 }
 
 /// A client that writes a frame of several MB in one write, far over frame_max, reads the

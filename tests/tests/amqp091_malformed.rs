@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lapin::{Channel, Connection};
-use warren_tests::raw::{Handshake, RawClient, RawError};
+use warren_tests::raw::{RawClient, RawError};
 use warren_tests::wire::{self, method, reply, Args};
 use warren_tests::{bounded, declare_queue, get_all, publish, unique, TestBroker};
 
@@ -37,24 +37,11 @@ impl Bystander {
 
 /// Handshaken raw connection with frame_max 4096 and channel 1 open.
 async fn session(broker: &TestBroker) -> RawClient {
-    let options = Handshake {
-        frame_max: Some(4096),
-        ..Default::default()
-    };
-    let (mut client, _, tune) = RawClient::handshake(broker.addr(), options).await;
-    assert_eq!(tune.frame_max, 4096);
-    client.open_channel(1).await;
-    client
+    RawClient::session(broker.addr(), 4096).await
 }
 
 fn publish_method(routing_key: &str) -> Vec<u8> {
-    let args = Args::new()
-        .short(0)
-        .shortstr("")
-        .shortstr(routing_key)
-        .bits(&[false, false])
-        .build();
-    wire::method_frame(1, method::BASIC_PUBLISH, &args)
+    wire::basic_publish(1, "", routing_key, false)
 }
 
 /// Expects connection.close with `code`, answers close-ok, and expects the socket to close.

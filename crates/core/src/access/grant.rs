@@ -148,7 +148,18 @@ impl Grant {
 /// RabbitMQ's `check_user_id` (validated user-id): a message's `user_id` property must name
 /// the publishing user, unless that user is tagged `impersonator` (an administrator is not).
 pub fn check_user_id(claimed: &str, user: &str, tags: &[String]) -> Result<(), BrokerError> {
-    if claimed == user || tags.iter().any(|tag| tag == "impersonator") {
+    check_user_id_as(claimed, user, is_impersonator(tags))
+}
+
+/// Whether a user with `tags` may publish any `user_id` (RabbitMQ's `impersonator` tag).
+pub fn is_impersonator(tags: &[String]) -> bool {
+    tags.iter().any(|tag| tag == "impersonator")
+}
+
+/// [`check_user_id`] for a caller that keeps only whether the user is an impersonator (an
+/// AMQP connection, which decides it once at login).
+pub fn check_user_id_as(claimed: &str, user: &str, impersonator: bool) -> Result<(), BrokerError> {
+    if claimed == user || impersonator {
         return Ok(());
     }
     Err(BrokerError::precondition_failed(format!(

@@ -24,7 +24,10 @@ use format::{
     operator_policy_from_parameter, operator_policy_to_parameter, Definitions, ParameterDef,
     PermissionDef, TopicPermissionDef, UserDef, VHostDef, VHostLimits, VHostMetadata,
 };
-pub use grant::{check_user_id, Grant, Pattern, Perm, ResourceKind, TopicGrant};
+pub use grant::{
+    check_user_id, check_user_id_as, is_impersonator, Grant, Pattern, Perm, ResourceKind,
+    TopicGrant,
+};
 use password::{hash_password, validate_hash, verify_password, HashingAlgorithm};
 use policy::{PolicyRecord, PolicySet};
 

@@ -141,7 +141,7 @@ impl Connection {
             }
         };
         self.auth_mechanism = mechanism;
-        self.impersonator = user.has_tag("impersonator");
+        self.impersonator = warren_core::access::is_impersonator(&user.tags);
         let user = user.name.to_string();
         self.user = user;
         Ok(())

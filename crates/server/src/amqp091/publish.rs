@@ -416,19 +416,17 @@ impl Connection {
             return Ok(());
         };
         // RabbitMQ's `check_user_id`: the user's own name, or any name for an impersonator.
-        let tags = if self.impersonator {
-            vec!["impersonator".to_owned()]
-        } else {
-            Vec::new()
-        };
-        warren_core::access::check_user_id(user_id.as_str(), &self.user, &tags).map_err(|error| {
-            Fault::new(
-                id,
-                reply_code::PRECONDITION_FAILED,
-                error.text,
-                PUBLISH_CAUSE,
-            )
-        })
+        let (user, impersonator) = (&self.user, self.impersonator);
+        warren_core::access::check_user_id_as(user_id.as_str(), user, impersonator).map_err(
+            |error| {
+                Fault::new(
+                    id,
+                    reply_code::PRECONDITION_FAILED,
+                    error.text,
+                    PUBLISH_CAUSE,
+                )
+            },
+        )
     }
 
     /// Direct reply-to: `reply_to = amq.rabbitmq.reply-to` becomes the channel's private
