@@ -65,9 +65,9 @@ pub enum Event {
         consumer: ConsumerId,
         consumer_tag: Arc<str>,
     },
-    /// Every queue that took the publishes of confirm ticket `ticket` has them under its
-    /// durability contract (`ok`), or one of them can never have them (`!ok`: nack).
-    Confirmed {
+    /// One queue that took the publishes of confirm ticket `ticket` has them under its
+    /// durability contract (`ok`), or can never have them (`!ok`: nack); see `confirm`.
+    Settled {
         ticket: u64,
         ok: bool,
     },
@@ -76,67 +76,6 @@ pub enum Event {
     PublishRejected {
         tags: Vec<u64>,
     },
-}
-
-/// Tracks one batch of publishes on their way into queues: each queue holds a clone until the
-/// messages are safe under its durability contract (in memory, or written and fsynced), and
-/// the last clone to go tells the publishing connection through its outbox.
-#[derive(Clone)]
-pub struct ConfirmTicket(Arc<TicketInner>);
-
-struct TicketInner {
-    id: u64,
-    outbox: Arc<Outbox>,
-    failed: std::sync::atomic::AtomicBool,
-    /// Also told directly (tx.commit waits on it).
-    reply: Mutex<Option<tokio::sync::oneshot::Sender<bool>>>,
-}
-
-impl std::fmt::Debug for ConfirmTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConfirmTicket({})", self.0.id)
-    }
-}
-
-impl ConfirmTicket {
-    pub fn new(
-        id: u64,
-        outbox: Arc<Outbox>,
-        reply: Option<tokio::sync::oneshot::Sender<bool>>,
-    ) -> ConfirmTicket {
-        ConfirmTicket(Arc::new(TicketInner {
-            id,
-            outbox,
-            failed: Default::default(),
-            reply: Mutex::new(reply),
-        }))
-    }
-
-    /// Some of the ticket's messages were refused: the publisher nacks those (`tags` are
-    /// the publisher's), and acks the rest once the ticket comes back.
-    pub fn reject(&self, tags: Vec<u64>) {
-        self.0.outbox.push(Event::PublishRejected { tags });
-    }
-
-    /// The messages could not be made safe: the publisher gets a nack.
-    pub fn fail(&self) {
-        self.0
-            .failed
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-}
-
-impl Drop for TicketInner {
-    fn drop(&mut self) {
-        let ok = !self.failed.load(std::sync::atomic::Ordering::Acquire);
-        if let Some(reply) = self.reply.get_mut().take() {
-            let _ = reply.send(ok);
-        }
-        self.outbox.push(Event::Confirmed {
-            ticket: self.id,
-            ok,
-        });
-    }
 }
 
 /// The connection's inbox for queue events; see the module doc for why it needs no capacity.

@@ -5,6 +5,7 @@ pub mod access;
 pub mod alarm;
 pub mod binding;
 pub mod broker;
+pub mod confirm;
 pub mod consumer;
 pub mod dead_letter;
 pub mod definitions;

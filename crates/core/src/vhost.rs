@@ -19,7 +19,7 @@ use crate::definitions::{self, QueueRecord, VHostDefinitions};
 use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
-use crate::queue::classic::{self, Storage};
+use crate::queue::classic::Storage;
 use crate::queue::queue_type::QueueType;
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
@@ -172,16 +172,18 @@ impl VHost {
                 auto_delete: record.auto_delete,
                 arguments: record.arguments,
             };
-            if let Err(error) = QueueType::from_arguments(&def.resource(), &def.arguments) {
-                // Declared by a Warren that took any type for classic: its messages are kept,
-                // and it is served (and reported) as the classic queue it always was.
+            let kind = QueueType::check_declare(&def).unwrap_or_else(|error| {
+                // Declared by a Warren that took any type for classic and ignored other
+                // types' arguments: its messages are kept, and it is served (and reported) as
+                // the classic queue it always was.
                 tracing::warn!(
-                    "{} was declared with a queue type Warren does not have and is a classic \
-                     queue: {}; delete and redeclare it to remove this warning",
+                    "{} is served as a classic queue, though a declare would now be refused: \
+                     {}; delete and redeclare it to remove this warning",
                     def.resource(),
                     error.text
                 );
-            }
+                QueueType::Classic
+            });
             let messages = recovered.take(warren_store::queue_id(&self.name, &record.name));
             let args = self.effective_args(&def).unwrap_or_else(|error| {
                 tracing::warn!(
@@ -191,7 +193,7 @@ impl VHost {
                 );
                 QueueArgs::default()
             });
-            let handle = self.spawn_queue(def, args, messages);
+            let handle = self.spawn_queue(kind, def, args, messages);
             meta.queues.insert(record.name, handle);
         }
         meta.bindings = saved.bindings;
@@ -226,6 +228,7 @@ impl VHost {
 
     fn spawn_queue(
         &self,
+        kind: QueueType,
         def: QueueDef,
         args: QueueArgs,
         recovered: Option<warren_store::RecoveredQueue>,
@@ -237,7 +240,7 @@ impl VHost {
                 vhost.forget_queue(&name);
             }
         });
-        let setup = classic::Setup {
+        let setup = crate::queue::Setup {
             args,
             on_auto_delete,
             storage: self.storage.clone(),
@@ -245,7 +248,7 @@ impl VHost {
             vhost: self.this.clone(),
             credit: self.queue_credit,
         };
-        classic::spawn(def, setup)
+        kind.behaviour().start(def, setup)
     }
 
     /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are

@@ -21,12 +21,12 @@
 //! consumers that would drain it. A control command sent before a data command is always
 //! handled before it (see `classic::run`).
 
+pub mod action;
 pub mod args;
 pub mod classic;
 mod expiry;
 mod forward;
 pub mod queue_type;
-mod ready;
 pub mod stats;
 
 use std::fmt;
@@ -36,13 +36,16 @@ use std::sync::{Arc, OnceLock, Weak};
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::consumer::{ConfirmTicket, ConnectionId, Consumer, ConsumerId, Delivery, Outbox};
+use crate::confirm::ConfirmTicket;
+use crate::consumer::{ConnectionId, Consumer, ConsumerId, Delivery, Outbox};
 use crate::error::{resource_name, BrokerError};
 use crate::limits::INLINE_PUBLISH_MAX;
 use crate::message::Message;
 use crate::value::Table;
 
+pub use action::Action;
 pub use args::{Overflow, QueueArgs};
+pub use queue_type::{ConfirmAfter, QueueType};
 pub use stats::{QueueStats, QueueStatsSnapshot};
 
 /// The declared shape of a queue; compared on redeclaration.
@@ -72,6 +75,21 @@ pub enum SettleOp {
     Discard,
     /// Put back at its original position, marked redelivered.
     Requeue,
+}
+
+/// What a queue is started with besides its definition (`Behaviour::start`).
+pub struct Setup {
+    pub args: QueueArgs,
+    /// Runs (once) when the queue removes itself: its last consumer left (auto-delete) or it
+    /// was unused for `x-expires`. The caller drops its records there.
+    pub on_auto_delete: Box<dyn FnOnce() + Send>,
+    pub storage: Option<classic::Storage>,
+    /// What a durable queue had on disk at startup.
+    pub recovered: Option<warren_store::RecoveredQueue>,
+    /// Where dead letters are routed.
+    pub vhost: Weak<crate::vhost::VHost>,
+    /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
+    pub credit: u32,
 }
 
 /// Counts reported to declare-ok, purge-ok and the management API.
@@ -189,6 +207,8 @@ pub struct QueueHandle(Arc<HandleInner>);
 
 struct HandleInner {
     def: QueueDef,
+    /// The queue's type, whose rules publishers ask (`confirm_after`).
+    kind: queue_type::QueueType,
     /// The queue's settings: those it was started with, then what policies made of them
     /// (a publisher reads `rejects_publishes`).
     args: arc_swap::ArcSwap<QueueArgs>,
@@ -241,6 +261,19 @@ impl QueueCmd {
         }
     }
 
+    /// A command the queue will never run (it stopped): a publish's ticket is settled, as
+    /// RabbitMQ confirms a publish whose queue was deleted on its way; a reply is dropped, so
+    /// its caller sees the queue gone.
+    pub fn abandon(self) {
+        if let QueueCmd::Publish {
+            confirm: Some(ticket),
+            ..
+        } = self
+        {
+            ticket.settle(true);
+        }
+    }
+
     /// Whether the command travels in the control mailbox (see the module doc).
     pub fn is_control(&self) -> bool {
         matches!(
@@ -271,6 +304,7 @@ impl QueueHandle {
     /// `credit` is the number of messages publishers may have in flight to the queue
     /// (at least 1).
     pub fn new(
+        kind: queue_type::QueueType,
         def: QueueDef,
         args: QueueArgs,
         data: mpsc::Sender<QueueCmd>,
@@ -280,6 +314,7 @@ impl QueueHandle {
         let credit_max = credit.max(1);
         QueueHandle(Arc::new(HandleInner {
             def,
+            kind,
             args: arc_swap::ArcSwap::from_pointee(args),
             data,
             control,
@@ -412,6 +447,20 @@ impl QueueHandle {
         &self.0.def
     }
 
+    /// The queue's type.
+    pub fn kind(&self) -> queue_type::QueueType {
+        self.0.kind
+    }
+
+    /// When the queue's type lets a publish be confirmed (`persistent`: the message, or any
+    /// message of a batch, is): the type decides; the connections only ask.
+    pub fn confirm_after(&self, persistent: bool) -> ConfirmAfter {
+        self.0
+            .kind
+            .behaviour()
+            .confirm_after(&self.0.def, persistent)
+    }
+
     pub fn name(&self) -> &Arc<str> {
         &self.0.def.name
     }
@@ -466,23 +515,28 @@ impl QueueHandle {
             tokio::select! {
                 permit = &mut credit, if credit_taken.is_none() => credit_taken = Some(permit),
                 permit = self.reserve_data(), if credit_taken.is_some() => {
-                    if let Ok(permit) = permit {
-                        self.will_send();
-                        permit.send(QueueCmd::Publish {
-                            messages,
-                            confirm,
-                            tags,
-                            credit: credit_taken,
-                        });
-                    }
+                    let Ok(permit) = permit else {
+                        break; // the queue stopped (deleted) since the route was taken
+                    };
+                    self.will_send();
+                    permit.send(QueueCmd::Publish {
+                        messages,
+                        confirm,
+                        tags,
+                        credit: credit_taken,
+                    });
                     return;
                 }
                 () = outbox.notified() => {
                     if !connection.serve().await {
-                        return;
+                        break;
                     }
                 }
             }
+        }
+        // Not handed over: the ticket is settled here, as the queue would have on its way out.
+        if let Some(ticket) = confirm {
+            ticket.settle(true);
         }
     }
 

@@ -468,7 +468,14 @@ mod tests {
             };
             let (data, _) = mpsc::channel(1);
             let (control, _) = mpsc::channel(1);
-            let handle = QueueHandle::new(def, QueueArgs::default(), data, control, 1);
+            let handle = QueueHandle::new(
+                crate::queue::QueueType::Classic,
+                def,
+                QueueArgs::default(),
+                data,
+                control,
+                1,
+            );
             self.queues.insert(name.into(), handle);
         }
 

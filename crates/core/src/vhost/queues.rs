@@ -50,11 +50,11 @@ impl VHost {
             auto_delete: req.auto_delete,
             arguments: req.arguments,
         };
-        QueueType::from_arguments(&def.resource(), &def.arguments)?;
+        let kind = QueueType::check_declare(&def)?;
         self.check_queue_limit(&def.name, meta.queues.len())?;
         let args = self.effective_args(&def)?;
         let persistent = def.durable && def.exclusive_owner.is_none();
-        let handle = self.spawn_queue(def, args, None);
+        let handle = self.spawn_queue(kind, def, args, None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         if persistent {
@@ -78,7 +78,7 @@ impl VHost {
             arguments: Table::new(),
         };
         let mut meta = self.meta.lock();
-        let handle = self.spawn_queue(def, QueueArgs::default(), None);
+        let handle = self.spawn_queue(QueueType::Classic, def, QueueArgs::default(), None);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.publish_snapshot(&meta);
         Ok(handle)

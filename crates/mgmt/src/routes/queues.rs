@@ -30,7 +30,7 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
     json!({
         "name": def.name.as_ref(),
         "vhost": def.vhost.as_ref(),
-        "type": "classic",
+        "type": queue.kind().name(),
         "durable": def.durable,
         "auto_delete": def.auto_delete,
         "exclusive": def.exclusive_owner.is_some(),

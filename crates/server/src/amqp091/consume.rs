@@ -550,7 +550,11 @@ impl Connection {
         }
         match event {
             Event::Deliver(delivery) => self.deliver(delivery),
-            Event::Confirmed { ticket, ok } => self.on_confirmed(ticket, ok),
+            Event::Settled { ticket, ok } => {
+                if let Some(ok) = self.pending.confirms.settled(ticket, ok) {
+                    self.on_confirmed(ticket, ok);
+                }
+            }
             Event::PublishRejected { tags } => self.on_publish_rejected(&tags),
             Event::ConsumerCancelled {
                 channel: id,

@@ -10,9 +10,11 @@ use warren_core::access::{Perm, ResourceKind};
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
-use warren_core::consumer::ConfirmTicket;
+use warren_core::confirm::{ConfirmTicket, ConfirmWaits};
 use warren_core::message::{Format, Message};
-use warren_core::queue::{send_credit, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
+use warren_core::queue::{
+    send_credit, ConfirmAfter, QueueHandle, ServeWhileWaiting, SettleOp, Settlements,
+};
 use warren_core::routing::MessageFields;
 use warren_core::stats::add_owned;
 use warren_proto::amqp091::{
@@ -35,6 +37,9 @@ pub const REPLY_TO_PSEUDO_QUEUE: &str = "amq.rabbitmq.reply-to";
 /// A publish's tag for queues that may refuse it: channel id above this many bits, the
 /// channel's confirm sequence number below (2^48 publishes per channel).
 const TAG_SEQ_BITS: u32 = 48;
+/// How often tx.commit looks at its connection's events while it waits for the queues, when
+/// no wake-up came (a safety net: every settlement wakes it).
+const COMMIT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// The tag of a publish nobody waits to hear about (no confirm mode).
 const NO_TAG: u64 = u64::MAX;
 
@@ -82,7 +87,8 @@ impl QueueBatch {
     /// pattern: a whole `QueueBatch` held across its awaits would grow every connection's
     /// future).
     fn confirm_waits_for(queue: &QueueHandle, messages: &[Arc<Message>], tags: &[u64]) -> bool {
-        (stores_durably(queue) && messages.iter().any(|m| m.persistent))
+        let persistent = messages.iter().any(|m| m.persistent);
+        queue.confirm_after(persistent) != ConfirmAfter::Enqueued
             || tags.iter().any(|&tag| tag != NO_TAG)
     }
 }
@@ -93,8 +99,8 @@ pub struct Pending {
     publishes: FxHashMap<usize, QueueBatch>,
     settles: Settlements,
     confirm_channels: Vec<u16>,
-    /// Identifies the next confirm ticket of this connection.
-    next_ticket: u64,
+    /// Confirm tickets handed to queues and not yet settled by all of them.
+    pub(super) confirms: ConfirmWaits,
     /// tx.commit waits for its publishes to be safe through this.
     commit_reply: Option<tokio::sync::oneshot::Sender<bool>>,
     /// Message counts of this turn, added to the broker's totals once per turn.
@@ -473,7 +479,7 @@ impl Connection {
         let mut publishes = std::mem::take(&mut self.pending.publishes);
         self.accept_publishes(&mut publishes);
         let mut commit_reply = self.pending.commit_reply.take();
-        let mut ticket = None; // made for the first batch that must wait for the store
+        let mut ticket: Option<ConfirmTicket> = None; // for the first batch that must wait
         for (
             _,
             QueueBatch {
@@ -483,15 +489,12 @@ impl Connection {
             },
         ) in publishes.drain()
         {
-            let waits = QueueBatch::confirm_waits_for(&queue, &batch, &tags);
-            let confirm = waits.then(|| {
-                ticket
-                    .get_or_insert_with(|| {
-                        self.pending.next_ticket += 1;
-                        let id = self.pending.next_ticket;
-                        ConfirmTicket::new(id, self.outbox.clone(), commit_reply.take())
-                    })
-                    .clone()
+            let confirm = QueueBatch::confirm_waits_for(&queue, &batch, &tags).then(|| {
+                let waits = &mut self.pending.confirms;
+                let ticket =
+                    ticket.get_or_insert_with(|| waits.open(&self.outbox, commit_reply.take()));
+                waits.hold(ticket); // the queue settles it once (see `warren_core::confirm`)
+                ticket.clone()
             });
             // Served meanwhile (it may consume from the same queue): see `publish_serving`.
             let outbox = self.outbox.clone();
@@ -499,17 +502,11 @@ impl Connection {
                 .publish_serving(batch, confirm, tags, &outbox, self)
                 .await;
         }
-        // What this flush's confirms wait for, if anything.
-        let waiting_for = ticket.is_some().then_some(self.pending.next_ticket);
-        drop(ticket); // the queues hold the rest of it
+        // What this flush's confirms wait for, if anything, and whether it is complete.
+        let waiting_for = ticket.as_ref().map(ConfirmTicket::id);
+        let completed = ticket.and_then(|t| self.pending.confirms.release(t));
         if let Some(reply) = commit_reply {
-            // Nothing to wait for: the commit's ticket comes back at once.
-            self.pending.next_ticket += 1;
-            drop(ConfirmTicket::new(
-                self.pending.next_ticket,
-                self.outbox.clone(),
-                Some(reply),
-            ));
+            let _ = reply.send(true); // nothing to wait for
         }
         self.pending.publishes = publishes;
         let confirm_channels = std::mem::take(&mut self.pending.confirm_channels);
@@ -525,6 +522,9 @@ impl Connection {
                 });
             }
             self.send_confirms(*id);
+        }
+        if let (Some(ticket), Some(ok)) = (waiting_for, completed) {
+            self.on_confirmed(ticket, ok); // every queue settled before the channels waited
         }
         self.pending.confirm_channels = confirm_channels;
         self.pending.confirm_channels.clear();
@@ -711,10 +711,24 @@ impl Connection {
             self.pending.settle(&unacked.queue, op, unacked.seq);
             self.note_settled(id, &unacked);
         }
-        let (reply, safe) = tokio::sync::oneshot::channel();
+        let (reply, mut safe) = tokio::sync::oneshot::channel();
         self.pending.commit_reply = Some(reply);
         self.flush_pending().await;
-        safe.await.unwrap_or(false)
+        // The queues' settlements arrive as events of this connection: serve them meanwhile.
+        let outbox = self.outbox.clone();
+        loop {
+            if let Ok(safe) = safe.try_recv() {
+                return safe;
+            }
+            tokio::select! {
+                safe = &mut safe => return safe.unwrap_or(false),
+                () = outbox.notified() => {}
+                () = tokio::time::sleep(COMMIT_POLL) => {}
+            }
+            if !self.serve().await {
+                return false; // the socket is gone
+            }
+        }
     }
 
     /// Rollback: publishes are dropped, acknowledgements undone (the messages stay unacked).
@@ -736,12 +750,6 @@ impl Connection {
             channel.unacked.insert(at, unacked);
         }
     }
-}
-
-/// Whether the queue writes persistent messages to the store before confirming them.
-fn stores_durably(queue: &QueueHandle) -> bool {
-    let def = queue.def();
-    def.durable && def.exclusive_owner.is_none()
 }
 
 /// basic.ack or basic.nack of every publish up to `up_to` not yet confirmed.

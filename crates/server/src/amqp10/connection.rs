@@ -550,7 +550,11 @@ impl Connection {
         for event in events.drain(..) {
             match event {
                 Event::Deliver(delivery) => self.on_delivery(delivery),
-                Event::Confirmed { ticket, ok } => self.on_confirmed(ticket, ok),
+                Event::Settled { ticket, ok } => {
+                    if let Some(ok) = self.pending.confirms.settled(ticket, ok) {
+                        self.on_confirmed(ticket, ok);
+                    }
+                }
                 Event::PublishRejected { tags } => self.on_publish_rejected(&tags),
                 Event::ConsumerCancelled { consumer, .. } => self.on_consumer_cancelled(consumer),
             }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::binding::Destination;
-use warren_core::queue::queue_type::QueueType;
 use warren_core::value::{Table, Value as CoreValue};
 use warren_core::vhost::{ExchangeDeclare, QueueDeclare};
 use warren_core::{BrokerError, ErrorKind};
@@ -152,8 +151,7 @@ impl Connection {
                 ("durable", Value::Bool(def.durable)),
                 ("auto_delete", Value::Bool(def.auto_delete)),
                 ("exclusive", Value::Bool(def.exclusive_owner.is_some())),
-                // Every queue Warren has is classic: other types are refused at declare.
-                ("type", Value::string(QueueType::Classic.name())),
+                ("type", Value::string(queue.kind().name())),
                 ("arguments", amqp10_table(&def.arguments)),
                 // A classic queue lives on this node; RabbitMQ's clients read both keys.
                 ("leader", Value::string(node)),

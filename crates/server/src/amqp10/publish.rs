@@ -10,9 +10,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
-use warren_core::consumer::ConfirmTicket;
+use warren_core::confirm::{ConfirmTicket, ConfirmWaits};
 use warren_core::message::{Format, Message};
-use warren_core::queue::{send_credit, QueueHandle, ServeWhileWaiting, SettleOp, Settlements};
+use warren_core::queue::{
+    send_credit, ConfirmAfter, QueueHandle, ServeWhileWaiting, SettleOp, Settlements,
+};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
@@ -51,7 +53,8 @@ pub struct Pending {
     management: Vec<Request>,
     /// Credit for queues to deliver to consumers: (queue, consumer, credit).
     credits: Vec<(QueueHandle, u64, u32)>,
-    next_ticket: u64,
+    /// Confirm tickets handed to queues and not yet settled by all of them.
+    pub(super) confirms: ConfirmWaits,
 }
 
 impl Pending {
@@ -290,7 +293,7 @@ impl Connection {
         };
         let waits = targets
             .iter()
-            .any(|q| (stores_durably(q) && message.persistent) || q.args().rejects_publishes());
+            .any(|q| waits_for_queue(q, message.persistent) || q.args().rejects_publishes());
         for queue in &targets {
             self.pending.publish(queue, message.clone(), tag);
         }
@@ -385,7 +388,7 @@ impl Connection {
         send_credit(std::mem::take(&mut self.pending.credits)).await;
         self.pending.settles.send().await;
         let mut publishes = std::mem::take(&mut self.pending.publishes);
-        let mut ticket = None;
+        let mut ticket: Option<ConfirmTicket> = None;
         for (
             _,
             QueueBatch {
@@ -395,15 +398,13 @@ impl Connection {
             },
         ) in publishes.drain()
         {
-            let waits = (stores_durably(&queue) && messages.iter().any(|m| m.persistent))
-                || tags.iter().any(|&t| t != NO_TAG);
+            let persistent = messages.iter().any(|m| m.persistent);
+            let waits = waits_for_queue(&queue, persistent) || tags.iter().any(|&t| t != NO_TAG);
             let confirm = waits.then(|| {
-                ticket
-                    .get_or_insert_with(|| {
-                        self.pending.next_ticket += 1;
-                        ConfirmTicket::new(self.pending.next_ticket, self.outbox.clone(), None)
-                    })
-                    .clone()
+                let confirms = &mut self.pending.confirms;
+                let ticket = ticket.get_or_insert_with(|| confirms.open(&self.outbox, None));
+                confirms.hold(ticket); // the queue settles it once (see `warren_core::confirm`)
+                ticket.clone()
             });
             // Served meanwhile (it may consume from the same queue): see `publish_serving`.
             let outbox = self.outbox.clone();
@@ -412,8 +413,8 @@ impl Connection {
                 .await;
         }
         self.pending.publishes = publishes;
-        let ticket_id = ticket.is_some().then_some(self.pending.next_ticket);
-        drop(ticket);
+        let ticket_id = ticket.as_ref().map(ConfirmTicket::id);
+        let completed = ticket.and_then(|t| self.pending.confirms.release(t));
         for (channel, delivery_id, waits) in std::mem::take(&mut self.pending.unconfirmed) {
             match ticket_id.filter(|_| waits) {
                 Some(id) => self
@@ -427,6 +428,9 @@ impl Connection {
                     .outcomes
                     .push((channel, delivery_id, DeliveryState::Accepted)),
             }
+        }
+        if let (Some(ticket), Some(ok)) = (ticket_id, completed) {
+            self.on_confirmed(ticket, ok); // every queue settled before the deliveries waited
         }
         let requests = std::mem::take(&mut self.pending.management);
         if !requests.is_empty() {
@@ -518,10 +522,10 @@ fn link_error(channel: u16, handle: u32, condition: &str, text: String) -> Fault
     }
 }
 
-/// Whether the queue writes persistent messages to the store before they count as safe.
-fn stores_durably(queue: &QueueHandle) -> bool {
-    let def = queue.def();
-    def.durable && def.exclusive_owner.is_none()
+/// Whether the queue's type confirms such a publish only after a durability event (an fsync)
+/// rather than once it holds it.
+fn waits_for_queue(queue: &QueueHandle, persistent: bool) -> bool {
+    queue.confirm_after(persistent) != ConfirmAfter::Enqueued
 }
 
 /// A message from the payloads of its transfers: `chunks` then `last`.

@@ -1,5 +1,6 @@
-//! The classic queue: a FIFO (one per priority level) held in memory, run by one task, with
-//! small publishes from idle moments run inline by their publishers (`Shared`).
+//! The classic queue's state machine: a FIFO (one per priority level) held in memory, with
+//! the message store behind it. Its driver (the task, mailboxes and inline publishes) is in
+//! `mod.rs`.
 //!
 //! Ready messages sit in `ready` (see `ready.rs` for the order, priorities and requeues). A
 //! message handed to a consumer that must acknowledge it moves to `unacked`. The queue's
@@ -23,56 +24,29 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
-use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use warren_store::{Location, RecordBatch, RecoveredQueue, Store, FLAG_DURABLE};
 
-use super::expiry::{self, Expiry};
-use super::forward::Forwarder;
 use super::ready::{Ready, ReadyQueue, Stored};
-use crate::consumer::{ConfirmTicket, Consumer, ConsumerId, Delivery, Event, Outbox};
+use super::Storage;
+use crate::confirm::ConfirmTicket;
+use crate::consumer::{Consumer, ConsumerId, Delivery, Event, Outbox};
 use crate::dead_letter::{dead_letter_copy, DeathReason};
 use crate::error::BrokerError;
-use crate::limits::{
-    DISPATCH_BATCH_MAX, QUEUE_BATCH_MAX, QUEUE_CONTROL_MAILBOX_MAX, QUEUE_FLOW_BACKLOG_MAX,
-    QUEUE_FLOW_STALL_MS, QUEUE_MAILBOX_MAX, QUEUE_TURN_PUBLISHES_MAX,
-};
+use crate::limits::{DISPATCH_BATCH_MAX, QUEUE_FLOW_BACKLOG_MAX, QUEUE_FLOW_STALL_MS};
 use crate::message::Message;
+use crate::queue::expiry::{self, Expiry};
+use crate::queue::forward::Forwarder;
 use crate::queue::{
-    GetOk, InlinePublish, Overflow, PublishBatch, QueueArgs, QueueCmd, QueueDef, QueueHandle,
-    QueueInfo, QueueStatsSnapshot, SettleOp,
+    Action, GetOk, Overflow, PublishBatch, QueueArgs, QueueCmd, QueueHandle, QueueInfo,
+    QueueStatsSnapshot, SettleOp,
 };
-use crate::vhost::VHost;
-
-/// How a queue uses the message store.
-#[derive(Debug, Clone)]
-pub struct Storage {
-    pub store: Store,
-    /// Bytes of ready messages kept in memory; beyond it only their location is.
-    pub memory_budget: usize,
-}
 
 /// What the queue's index holds per message beside the message itself (a `Stored` in its ready
 /// queue or unacked map, with the map's or deque's slack), for the `memory` estimate.
 const INDEX_ENTRY_BYTES: u64 = 64;
-
-/// What a queue task is started with besides its definition.
-pub struct Setup {
-    pub args: QueueArgs,
-    /// Runs (once) when the queue removes itself: its last consumer left (auto-delete) or it
-    /// was unused for `x-expires`. The caller drops its records there.
-    pub on_auto_delete: Box<dyn FnOnce() + Send>,
-    pub storage: Option<Storage>,
-    /// What a durable queue had on disk at startup.
-    pub recovered: Option<RecoveredQueue>,
-    /// Where dead letters are routed.
-    pub vhost: Weak<VHost>,
-    /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
-    pub credit: u32,
-}
 
 /// Paged-out messages read back at once ahead of a dispatch pass.
 const READ_AHEAD_MAX: usize = 256;
@@ -81,223 +55,8 @@ const READ_AHEAD_MAX: usize = 256;
 const STAGING_SPARE_MAX: usize = 8;
 const STAGING_KEEP_EVENTS: usize = 1024;
 
-/// Starts a classic queue task.
-pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
-    let Setup {
-        args,
-        on_auto_delete,
-        storage,
-        recovered,
-        vhost,
-        credit,
-    } = setup;
-    let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
-    let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);
-    let handle = QueueHandle::new(def, args, data_tx, control_tx, credit);
-    let mut queue = ClassicQueue::new(handle.clone());
-    queue.forwarder = Forwarder::new(vhost);
-    if let Some(storage) = storage {
-        queue.attach_store(storage, recovered);
-    }
-    let mailboxes = Mailboxes {
-        data: data_rx,
-        control: control_rx,
-    };
-    let shared = Arc::new(Shared {
-        queue: Mutex::new(queue),
-        kick: Notify::new(),
-    });
-    let inline: Arc<dyn InlinePublish> = shared.clone();
-    handle.offer_inline(Arc::downgrade(&inline));
-    tokio::spawn(run(shared, mailboxes, on_auto_delete));
-    handle
-}
-
-/// What a queue's task shares with the publishers that run their publishes inline: the
-/// state machine, held by whoever runs a turn, and the task's wake-up for what an inline
-/// turn leaves it to do (a timer, flow, or its end).
-struct Shared {
-    queue: Mutex<ClassicQueue>,
-    kick: Notify,
-}
-
-impl InlinePublish for Shared {
-    fn try_publish(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
-        let Some(mut queue) = self.idle() else {
-            return Err(batch);
-        };
-        let (messages, confirm, tags) = batch;
-        queue.turn([QueueCmd::Publish {
-            messages,
-            confirm,
-            tags,
-            credit: None,
-        }]);
-        self.after_inline_turn(&mut queue);
-        Ok(())
-    }
-
-    fn try_accept(&self, batch: PublishBatch) -> Result<(), PublishBatch> {
-        let Some(mut queue) = self.idle() else {
-            return Err(batch);
-        };
-        queue.accepted.push(batch);
-        Ok(())
-    }
-
-    fn run_accepted(&self) {
-        let Some(mut queue) = self.queue.try_lock() else {
-            // Whoever holds the queue may not be in a turn (the task between two waits):
-            // the task's next turn runs them.
-            self.kick.notify_one();
-            return;
-        };
-        if queue.accepted.is_empty() || queue.state != State::Running {
-            return; // a turn ran them meanwhile, or the queue is gone with them
-        }
-        queue.turn([]);
-        self.after_inline_turn(&mut queue);
-    }
-}
-
-impl Shared {
-    /// The queue, when a publisher may run or add to it now: no turn is running, every
-    /// command sent before was handled (`pending` is 0), it takes publishes (not in flow)
-    /// and has not stopped.
-    fn idle(&self) -> Option<MutexGuard<'_, ClassicQueue>> {
-        let queue = self.queue.try_lock()?; // the task or another publisher is in a turn
-        let idle = queue.state == State::Running && !queue.flow && queue.handle.pending() == 0;
-        idle.then_some(queue)
-    }
-
-    /// Wakes the task for what an inline turn left it: a timer, flow, or its end.
-    fn after_inline_turn(&self, queue: &mut ClassicQueue) {
-        let flow = queue.in_flow();
-        if queue.state != State::Running || flow || queue.wake_at().is_some() {
-            self.kick.notify_one();
-        }
-    }
-}
-
-struct Mailboxes {
-    data: mpsc::Receiver<QueueCmd>,
-    control: mpsc::Receiver<QueueCmd>,
-}
-
-impl Mailboxes {
-    /// Waits for commands; returns control and data commands in the order they must run, or
-    /// `false` once every handle is gone.
-    /// In `flow`, only control commands are taken (publishers wait), and only for as long as
-    /// the consumers keep taking deliveries.
-    /// `wake_at` ends the wait early for the queue's timers (TTL, x-expires, dead letters).
-    async fn next(
-        &mut self,
-        control: &mut Vec<QueueCmd>,
-        data: &mut Vec<QueueCmd>,
-        flow: bool,
-        wake_at: Option<Instant>,
-        kick: &Notify,
-    ) -> bool {
-        let far = Instant::now() + Duration::from_secs(3600);
-        let timer = tokio::time::sleep_until(wake_at.unwrap_or(far));
-        let received = if flow {
-            let stall = tokio::time::sleep(Duration::from_millis(QUEUE_FLOW_STALL_MS));
-            tokio::select! {
-                biased;
-                n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
-                // No credit came: the caller re-evaluates flow.
-                () = stall => return true,
-                () = timer => return true,
-                () = kick.notified() => return true,
-            }
-        } else {
-            tokio::select! {
-                biased;
-                n = self.control.recv_many(control, QUEUE_BATCH_MAX) => n,
-                cmd = self.data.recv() => match cmd {
-                    Some(cmd) => {
-                        data.push(cmd);
-                        self.take_more_data(data);
-                        data.len()
-                    }
-                    None => 0,
-                },
-                () = timer => return true,
-                () = kick.notified() => return true,
-            }
-        };
-        if received == 0 {
-            return false; // every handle dropped: the vhost forgot the queue
-        }
-        // A control command sent before the data just taken is in the control mailbox now:
-        // take all of it so it runs first.
-        while let Ok(cmd) = self.control.try_recv() {
-            control.push(cmd);
-        }
-        true
-    }
-
-    /// Takes what else is waiting in the data mailbox, up to `QUEUE_BATCH_MAX` commands and
-    /// about `QUEUE_TURN_PUBLISHES_MAX` published messages: a turn stays short, so the acks
-    /// that give consumers more credit wait at most one short turn behind a flood of publishes.
-    fn take_more_data(&mut self, data: &mut Vec<QueueCmd>) {
-        let mut published: usize = data.iter().map(QueueCmd::published_count).sum();
-        while data.len() < QUEUE_BATCH_MAX && published < QUEUE_TURN_PUBLISHES_MAX {
-            let Ok(cmd) = self.data.try_recv() else {
-                break;
-            };
-            published += cmd.published_count();
-            data.push(cmd);
-        }
-    }
-}
-
-/// The queue's task: a turn for each batch of commands from its mailboxes, and for its
-/// timers. Publishers may run turns of their own in between (`Shared`); the lock keeps turns
-/// apart.
-async fn run(
-    shared: Arc<Shared>,
-    mut mailboxes: Mailboxes,
-    on_auto_delete: Box<dyn FnOnce() + Send>,
-) {
-    let mut control = Vec::with_capacity(QUEUE_BATCH_MAX);
-    let mut data = Vec::with_capacity(QUEUE_BATCH_MAX);
-    let mut auto_deleted = false;
-    loop {
-        let (wake_at, flow) = {
-            let mut queue = shared.queue.lock();
-            if queue.state != State::Running {
-                auto_deleted = queue.finish(); // an inline turn ended it
-                break;
-            }
-            (queue.wake_at(), queue.in_flow())
-        };
-        let more = mailboxes
-            .next(&mut control, &mut data, flow, wake_at, &shared.kick)
-            .await;
-        if !more {
-            break;
-        }
-        let mut queue = shared.queue.lock();
-        let taken = control.len() + data.len();
-        queue.turn(control.drain(..).chain(data.drain(..)));
-        queue.handle.handled(taken);
-        if queue.state != State::Running {
-            auto_deleted = queue.finish();
-            break;
-        }
-    }
-    let mut queue = shared.queue.lock();
-    queue.cancel_all_consumers();
-    tracing::debug!(queue = %queue.handle.name(), "queue stopped");
-    drop(queue);
-    if auto_deleted {
-        on_auto_delete();
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     Running,
     Deleted,
     AutoDeleted,
@@ -329,8 +88,8 @@ struct Persist {
 
 /// The queue's state machine: commands in, deliveries out through consumers' outboxes.
 pub struct ClassicQueue {
-    handle: QueueHandle,
-    state: State,
+    pub(super) handle: QueueHandle,
+    pub(super) state: State,
     args: QueueArgs,
     next_seq: u64,
     ready: ReadyQueue,
@@ -347,9 +106,9 @@ pub struct ClassicQueue {
     last_used: Instant,
     /// The turn's clock, milliseconds since the epoch (TTL deadlines).
     now_ms: u64,
-    forwarder: Forwarder,
+    pub(super) forwarder: Forwarder,
     /// Publishes are not being taken (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
-    flow: bool,
+    pub(super) flow: bool,
     last_dispatch: Instant,
     /// Deliveries staged per consumer outbox during one dispatch pass.
     staged: Vec<(Arc<Outbox>, Vec<Event>)>,
@@ -361,7 +120,11 @@ pub struct ClassicQueue {
     totals: QueueStatsSnapshot,
     /// Publishes accepted in the queue's order and not yet run (`InlinePublish::try_accept`):
     /// the next turn, whoever runs it, takes them before any command.
-    accepted: Vec<PublishBatch>,
+    pub(super) accepted: Vec<PublishBatch>,
+    /// Tickets whose messages this turn took in memory: settled when the turn ends.
+    settled: Vec<ConfirmTicket>,
+    /// What this turn asks the driver to do (`take_actions`).
+    actions: Vec<Action>,
 }
 
 impl ClassicQueue {
@@ -391,11 +154,13 @@ impl ClassicQueue {
             read_ahead: FxHashMap::default(),
             totals: QueueStatsSnapshot::default(),
             accepted: Vec::new(),
+            settled: Vec::new(),
+            actions: Vec::new(),
         }
     }
 
     /// Connects the queue to the message store and takes what it had on disk.
-    fn attach_store(&mut self, storage: Storage, recovered: Option<RecoveredQueue>) {
+    pub(super) fn attach_store(&mut self, storage: Storage, recovered: Option<RecoveredQueue>) {
         let def = self.handle.def();
         self.persist = Some(Persist {
             store: storage.store,
@@ -450,7 +215,8 @@ impl ClassicQueue {
 
     pub fn handle(&mut self, cmd: QueueCmd) {
         if self.state != State::Running {
-            return; // deleted mid-batch: later commands see a closed queue
+            cmd.abandon(); // deleted mid-batch: later commands see a closed queue
+            return;
         }
         match cmd {
             QueueCmd::Publish {
@@ -512,7 +278,7 @@ impl ClassicQueue {
 
     /// One turn, run by the queue's task or inline by a publisher: the commands in order,
     /// then one write to the store, deliveries and dead letters, then the figures.
-    fn turn(&mut self, cmds: impl IntoIterator<Item = QueueCmd>) {
+    pub(super) fn turn(&mut self, cmds: impl IntoIterator<Item = QueueCmd>) {
         self.begin_turn();
         // Accepted while every command sent before them was handled: anything taken now was
         // sent after them.
@@ -541,7 +307,7 @@ impl ClassicQueue {
 
     /// When the task must wake without a command: the next message deadline, `x-expires`,
     /// or a retry of dead letters.
-    fn wake_at(&mut self) -> Option<Instant> {
+    pub(super) fn wake_at(&mut self) -> Option<Instant> {
         let now = Instant::now();
         let ttl = self
             .expiry
@@ -581,7 +347,7 @@ impl ClassicQueue {
     /// Whether to stop taking publishes: a backlog in front of consumers that take all the
     /// broker sends, while they keep taking it. Hysteresis: enter above the limit, leave
     /// below half of it or when deliveries stall.
-    fn in_flow(&mut self) -> bool {
+    pub(super) fn in_flow(&mut self) -> bool {
         let backlog = self.ready.len();
         let limit = if self.flow {
             QUEUE_FLOW_BACKLOG_MAX / 2
@@ -638,16 +404,26 @@ impl ClassicQueue {
             }
             written |= self.enqueue(message);
         }
-        if let (false, Some(ticket)) = (rejected.is_empty(), &confirm) {
-            ticket.reject(rejected);
+        let Some(ticket) = confirm else {
+            return;
+        };
+        if !rejected.is_empty() {
+            let tags = rejected; // before the ticket is settled
+            self.actions.push(Action::Reject {
+                ticket: ticket.clone(),
+                tags,
+            });
         }
-        if let (true, Some(ticket), Some(persist)) = (written, confirm, self.persist.as_mut()) {
-            // The confirm waits for the fsync of these records.
-            persist.batch.on_durable(Box::new(move |ok| {
-                if !ok {
-                    ticket.fail();
-                }
-            }));
+        match self.persist.as_mut() {
+            // The type's rule (`Classic::confirm_after`): written records wait for the fsync;
+            // the store tells the waiter once, `false` when the write or the fsync failed.
+            Some(persist) if written => {
+                persist
+                    .batch
+                    .on_durable(Box::new(move |ok| ticket.settle(ok)));
+            }
+            // In the queue's order in memory: safe as a transient message is.
+            _ => self.settled.push(ticket),
         }
     }
 
@@ -1112,18 +888,22 @@ impl ClassicQueue {
 
     /// A queue that stopped running (deleted) erases its records; returns whether it removed
     /// itself (auto-delete, `x-expires`), which its owner must hear of.
-    fn finish(&mut self) -> bool {
+    pub(super) fn finish(&mut self) -> bool {
         self.erase_from_store();
         self.state == State::AutoDeleted
     }
 
     /// Tells every consumer's connection that the queue is gone (basic.cancel to the client).
-    fn cancel_all_consumers(&mut self) {
+    pub(super) fn cancel_all_consumers(&mut self) {
         for consumer in self.consumers.drain(..) {
-            consumer.outbox.push(Event::ConsumerCancelled {
+            let cancelled = Event::ConsumerCancelled {
                 channel: consumer.channel,
                 consumer: consumer.id,
                 consumer_tag: consumer.tag.clone(),
+            };
+            self.actions.push(Action::Deliver {
+                outbox: consumer.outbox,
+                events: vec![cancelled],
             });
         }
     }
@@ -1135,6 +915,9 @@ impl ClassicQueue {
         self.settle_ready_now();
         self.mark_delivered();
         self.flush_staged();
+        for ticket in self.settled.drain(..) {
+            self.actions.push(Action::Settle { ticket, ok: true });
+        }
         self.forwarder.flush();
         self.ready.shrink();
         if self.state == State::Running {
@@ -1237,16 +1020,42 @@ impl ClassicQueue {
         }
     }
 
+    /// Turns this pass's staged deliveries into actions, one per connection.
     fn flush_staged(&mut self) {
-        for (outbox, mut events) in self.staged.drain(..) {
-            outbox.push_batch(&mut events);
-            if self.spare.len() < STAGING_SPARE_MAX && events.capacity() <= STAGING_KEEP_EVENTS {
-                self.spare.push(events);
-            }
+        let actions = &mut self.actions;
+        for (outbox, events) in self.staged.drain(..) {
+            actions.push(Action::Deliver { outbox, events });
+        }
+    }
+
+    /// What the turns since the last call ask the driver to do, in order; the driver gives
+    /// the emptied vector back with `return_actions` (its allocation is reused).
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    pub fn return_actions(&mut self, actions: Vec<Action>) {
+        debug_assert!(
+            actions.is_empty(),
+            "invariant: every action was carried out"
+        );
+        if self.actions.is_empty() {
+            self.actions = actions;
+        }
+    }
+
+    /// Gives back an applied delivery vector (`Action::apply`) for the next pass to fill.
+    pub fn recycle(&mut self, events: Vec<Event>) {
+        debug_assert!(
+            events.is_empty(),
+            "invariant: applied actions leave their vector empty"
+        );
+        if self.spare.len() < STAGING_SPARE_MAX && events.capacity() <= STAGING_KEEP_EVENTS {
+            self.spare.push(events);
         }
     }
 }
 
 #[cfg(test)]
-#[path = "classic_test.rs"]
+#[path = "machine_test.rs"]
 mod tests;

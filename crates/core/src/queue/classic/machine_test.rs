@@ -8,7 +8,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::consumer::{Consumer, Event, Outbox};
 use crate::message::Message;
-use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, SettleOp};
+use crate::queue::classic::spawn;
+use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueType, SettleOp, Setup};
 use crate::value::Table;
 
 fn queue() -> ClassicQueue {
@@ -26,7 +27,20 @@ fn queue_with(args: QueueArgs) -> ClassicQueue {
     };
     let (data_tx, _data_rx) = mpsc::channel(1);
     let (control_tx, _control_rx) = mpsc::channel(1);
-    ClassicQueue::new(QueueHandle::new(def, args, data_tx, control_tx, 1_000))
+    ClassicQueue::new(QueueHandle::new(
+        QueueType::Classic,
+        def,
+        args,
+        data_tx,
+        control_tx,
+        1_000,
+    ))
+}
+
+/// Ends a turn as the driver does: dispatch, then carry out the actions.
+fn dispatch(queue: &mut ClassicQueue) {
+    queue.dispatch();
+    crate::queue::classic::apply_actions(queue);
 }
 
 fn message(body: &'static str) -> Arc<Message> {
@@ -73,7 +87,7 @@ fn delivered(outbox: &Outbox) -> Vec<(u64, String, bool, u64)> {
                 d.seq,
             )),
             Event::ConsumerCancelled { .. }
-            | Event::Confirmed { .. }
+            | Event::Settled { .. }
             | Event::PublishRejected { .. } => None,
         })
         .collect()
@@ -104,7 +118,7 @@ fn requeued_messages_return_to_their_original_position() {
     let outbox = Outbox::new();
     publish(&mut queue, &["a", "b", "c", "d"]);
     consume(&mut queue, consumer(7, 3, 0, &outbox));
-    queue.dispatch();
+    dispatch(&mut queue);
     let first = delivered(&outbox);
     assert_eq!(first.len(), 3);
 
@@ -118,7 +132,7 @@ fn requeued_messages_return_to_their_original_position() {
         consumer: 7,
         credit: 10,
     });
-    queue.dispatch();
+    dispatch(&mut queue);
     let again: Vec<(String, bool)> = delivered(&outbox)
         .into_iter()
         .map(|(_, body, r, _)| (body, r))
@@ -135,7 +149,7 @@ fn higher_priority_consumers_are_served_first_while_they_have_credit() {
     consume(&mut queue, consumer(1, 10, 0, &outbox));
     consume(&mut queue, consumer(2, 2, 5, &outbox));
     publish(&mut queue, &["m1", "m2", "m3", "m4"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
     assert_eq!(
         order,
@@ -151,7 +165,7 @@ fn equal_consumers_are_served_round_robin() {
     consume(&mut queue, consumer(1, 10, 0, &outbox));
     consume(&mut queue, consumer(2, 10, 0, &outbox));
     publish(&mut queue, &["m1", "m2", "m3", "m4"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
     assert_eq!(order, [1, 2, 1, 2]);
 }
@@ -162,7 +176,7 @@ fn no_delivery_without_credit_and_acked_messages_are_gone() {
     let outbox = Outbox::new();
     consume(&mut queue, consumer(1, 1, 0, &outbox));
     publish(&mut queue, &["m1", "m2"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     let first = delivered(&outbox);
     assert_eq!(first.len(), 1, "credit 1: one delivery");
     queue.handle(QueueCmd::Settle {
@@ -195,7 +209,7 @@ async fn flow_needs_a_backlog_in_front_of_fast_consumers_that_keep_taking() {
     let mut fast = consumer(1, 5, 0, &outbox);
     fast.credit_on_write = true;
     consume(&mut queue, fast);
-    queue.dispatch();
+    dispatch(&mut queue);
     assert!(
         queue.in_flow(),
         "a consumer taking all it is sent is behind: flow"
@@ -215,7 +229,7 @@ fn prefetch_limited_consumers_never_put_the_queue_in_flow() {
     let backlog: Vec<&'static str> = vec!["m"; QUEUE_FLOW_BACKLOG_MAX + 10];
     publish(&mut queue, &backlog);
     consume(&mut queue, consumer(1, 5, 0, &outbox));
-    queue.dispatch();
+    dispatch(&mut queue);
     assert!(
         !queue.in_flow(),
         "a slow acknowledging consumer must not block publishers"
@@ -234,7 +248,7 @@ fn single_active_consumer_fails_over_to_the_highest_priority() {
     consume(&mut queue, consumer(2, 10, 0, &outbox));
     consume(&mut queue, consumer(3, 10, 7, &outbox));
     publish(&mut queue, &["m1", "m2"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
     assert_eq!(
         order,
@@ -248,7 +262,7 @@ fn single_active_consumer_fails_over_to_the_highest_priority() {
         reply: None,
     });
     publish(&mut queue, &["m3"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     let order: Vec<u64> = delivered(&outbox).into_iter().map(|(c, ..)| c).collect();
     assert_eq!(order, [3], "failover to the highest priority");
     assert_eq!(queue.info().consumers, 2);
@@ -262,7 +276,7 @@ fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
     };
     let mut queue = queue_with(args);
     publish(&mut queue, &["m1", "m2", "m3"]);
-    queue.dispatch();
+    dispatch(&mut queue);
     assert_eq!(queue.info().messages, 2);
 
     tracing::info!("phase: a message whose deadline passed, behind one that has none");
@@ -285,7 +299,7 @@ fn drop_head_keeps_the_newest_and_an_expired_message_is_never_delivered() {
     assert_eq!(queue.info().messages, 1, "expired where it stood");
     let outbox = Outbox::new();
     consume(&mut queue, consumer(1, 10, 0, &outbox));
-    queue.dispatch();
+    dispatch(&mut queue);
     let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
     assert_eq!(bodies, ["first"]);
 }
@@ -419,7 +433,7 @@ fn a_count_after_a_ttl_zero_publish_in_the_same_turn_sees_it_gone_or_delivered()
         rx.try_recv().unwrap().is_none(),
         "basic.get is no waiting consumer"
     );
-    queue.dispatch();
+    dispatch(&mut queue);
 
     let mut queue = queue_with(args);
     let outbox = Outbox::new();
@@ -429,7 +443,7 @@ fn a_count_after_a_ttl_zero_publish_in_the_same_turn_sees_it_gone_or_delivered()
     let (reply, mut rx) = oneshot::channel();
     queue.handle(QueueCmd::Info { reply });
     assert_eq!(rx.try_recv().unwrap().messages, 0, "delivered, not counted");
-    queue.dispatch();
+    dispatch(&mut queue);
     let bodies: Vec<String> = delivered(&outbox).into_iter().map(|(_, b, ..)| b).collect();
     assert_eq!(bodies, ["taken"]);
 }
@@ -493,6 +507,7 @@ fn publish_and_dispatch(queue: &mut ClassicQueue, bodies: &[&'static str]) {
         tags: Vec::new(),
         credit: None,
     }]);
+    crate::queue::classic::apply_actions(queue);
 }
 
 /// Whether the connection behind `outbox` would wake now (a push since its last wait).
@@ -534,7 +549,7 @@ async fn a_quiet_outbox_takes_deliveries_without_waking_its_connection() {
     assert!(wakes(&outbox).await, "taking the events ends the spell");
 
     outbox.quiet_for(10, 1024);
-    outbox.push(Event::Confirmed {
+    outbox.push(Event::Settled {
         ticket: 1,
         ok: true,
     });
