@@ -504,3 +504,38 @@ async fn deleting_a_queue_removes_its_bindings() {
     publish(&channel, "amq.topic", &name, b"no binding any more").await;
     assert!(warren_tests::get_all(&channel, &name).await.is_empty());
 }
+
+/// The queue's type decides which arguments it takes: another type's declare argument or
+/// consumer argument is refused with RabbitMQ 4's text, and the channel closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_queue_types_arguments_are_refused_by_the_type() {
+    let broker = TestBroker::start().await;
+    let connection = broker.connect().await;
+    let name = unique("typed");
+    let channel = new_channel(&connection).await;
+    let arguments = table(&[("x-delivery-limit", AMQPValue::LongInt(5))]);
+    let text = expect_amqp_error(
+        declare(&channel, &name, QueueDeclareOptions::default(), arguments).await,
+        reply::PRECONDITION_FAILED,
+    );
+    assert!(
+        text.contains(&format!(
+            "invalid arg 'x-delivery-limit' for queue '{name}' in vhost '/' of queue type \
+             rabbit_classic_queue"
+        )),
+        "{text}"
+    );
+    let channel = new_channel(&connection).await;
+    declare_queue(&channel, &name).await;
+    let options = lapin::options::BasicConsumeOptions::default();
+    let arguments = table(&[("x-stream-offset", AMQPValue::LongString("first".into()))]);
+    let consume = channel.basic_consume(name.as_str().into(), "".into(), options, arguments);
+    let text = expect_amqp_error(bounded!(consume), reply::PRECONDITION_FAILED);
+    assert!(
+        text.contains(&format!(
+            "invalid arg 'x-stream-offset' for queue '{name}' in vhost '/' of queue type \
+             rabbit_classic_queue"
+        )),
+        "{text}"
+    );
+}

@@ -103,6 +103,16 @@ const ALL_QUEUE_ARGUMENTS: [&str; 27] = [
     "x-delayed-retry-type",
 ];
 
+/// Every consumer argument some RabbitMQ queue type accepts
+/// (`rabbit_queue_type:arguments(consumer_arguments)`).
+const ALL_CONSUMER_ARGUMENTS: [&str; 5] = [
+    "x-priority",
+    "x-consumer-timeout",
+    "x-stream-offset",
+    "x-stream-filter",
+    "x-stream-match-unfiltered",
+];
+
 impl QueueType {
     /// Every type Warren has.
     pub const ALL: [QueueType; 1] = [QueueType::Classic];
@@ -171,6 +181,28 @@ impl QueueType {
         }
         behaviour.check_declare(def)?;
         Ok(kind)
+    }
+}
+
+impl QueueType {
+    /// Checks a consumer's argument names against the type (RabbitMQ's
+    /// `check_consume_arguments`): another type's argument, such as `x-stream-offset` on a
+    /// classic queue, is refused with `invalid arg 'x-stream-offset' for queue 'q' in vhost
+    /// '/' of queue type rabbit_classic_queue`; names no type knows are ignored.
+    pub fn check_consume<'a>(
+        self,
+        resource: &str,
+        mut keys: impl Iterator<Item = &'a str>,
+    ) -> Result<(), BrokerError> {
+        let behaviour = self.behaviour();
+        let accepted = behaviour.capabilities().consumer_arguments;
+        match keys.find(|key| ALL_CONSUMER_ARGUMENTS.contains(key) && !accepted.contains(key)) {
+            Some(key) => Err(BrokerError::precondition_failed(format!(
+                "invalid arg '{key}' for {resource} of queue type {}",
+                behaviour.module()
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -253,5 +285,18 @@ mod tests {
         def.arguments.remove("x-delivery-limit");
         def.arguments.insert("x-max-priority".into(), Value::Int(5));
         assert_eq!(QueueType::check_declare(&def), Ok(QueueType::Classic));
+        let q = def.resource();
+        let classic = QueueType::Classic;
+        assert!(classic
+            .check_consume(&q, ["x-priority", "x-mine"].into_iter())
+            .is_ok());
+        assert_eq!(
+            classic
+                .check_consume(&q, ["x-stream-offset"].into_iter())
+                .unwrap_err()
+                .text,
+            "invalid arg 'x-stream-offset' for queue 'q' in vhost '/' of queue type \
+             rabbit_classic_queue"
+        );
     }
 }

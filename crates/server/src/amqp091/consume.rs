@@ -273,6 +273,12 @@ impl Connection {
                 cause,
             ));
         }
+        // The queue's type decides which consumer arguments it takes.
+        let keys = consume.arguments.iter().map(|(key, _)| key.as_str());
+        queue
+            .kind()
+            .check_consume(&queue.def().resource(), keys)
+            .map_err(|e| Fault::broker(id, e, cause))?;
         let priority = match consume.arguments.get("x-priority") {
             None => 0,
             Some(value) => value.as_i64().ok_or_else(|| {
