@@ -41,7 +41,7 @@ pub struct RecoveredQueue {
 #[derive(Debug, Default)]
 pub struct Recovered {
     queues: FxHashMap<u64, RecoveredQueue>,
-    damage: Vec<StoreError>,
+    pub(crate) damage: Vec<StoreError>,
 }
 
 impl Recovered {
@@ -525,6 +525,9 @@ fn scan_from(
     };
     let mut at = from;
     if from == 0 {
+        if SEGMENT_MAGIC.starts_with(buf) || (buf.len() < SEGMENT_MAGIC.len() && all_zero(buf)) {
+            return None; // created just before a crash: its header never reached the disk
+        }
         if buf.len() < SEGMENT_MAGIC.len() || &buf[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC {
             let what = "not a segment file (bad header); skipped".to_owned();
             read.damage.push(corrupt(0, what));

@@ -316,9 +316,11 @@ impl Store {
             let _ = self.0.io.remove(&index_path(&self.0.dir, segment));
             let path = segment_path(&self.0.dir, segment);
             match self.0.io.remove(&path) {
-                Ok(()) => tracing::debug!(path = %path.display(), "message store: segment reclaimed"),
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "message store: segment reclaimed");
+                }
                 Err(error) => tracing::warn!(
-                    "message store: cannot delete {}: {error}; it will be read again at the next start",
+                    "message store: cannot delete {}: {error}; it is read again at the next start",
                     path.display()
                 ),
             }
@@ -497,3 +499,7 @@ fn create_segment(io: &dyn Io, dir: &Path, segment: u32) -> Result<Arc<dyn LogFi
 #[cfg(test)]
 #[path = "store_test.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "store_fault_test.rs"]
+mod fault_tests;
