@@ -60,7 +60,8 @@ impl Recovered {
         self.queues.values().map(|q| q.messages.len()).sum()
     }
 
-    pub(crate) fn into_queues(self) -> impl Iterator<Item = RecoveredQueue> {
+    /// Every queue's messages (what a caller that knows no queue ids walks).
+    pub fn into_queues(self) -> impl Iterator<Item = RecoveredQueue> {
         self.queues.into_values()
     }
 }

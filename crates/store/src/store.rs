@@ -3,8 +3,10 @@
 //!
 //! Writers (queue tasks) append a batch with one `write` under a short lock: once it returns
 //! the records survive the broker process being killed. A batch that needs a publisher
-//! confirm leaves a waiter; the sync thread takes all waiters, fsyncs the segments written
-//! since the last round, and runs them (group commit). While it syncs, the next group gathers.
+//! confirm leaves a waiter, handed with the segments written to the [`GroupCommit`], which
+//! fsyncs them once for every waiter that gathered and then runs the waiters. Segments are
+//! reached only through [`Io`], so tests run the store on a disk that fails on purpose.
+//! A failed write or fsync poisons the store: every later append and confirm fails.
 //!
 //! Each segment counts its live enqueue records. Segments are deleted oldest first once the
 //! oldest holds none: acks live in later segments, so a segment is only removed when nothing
