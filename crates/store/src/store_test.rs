@@ -1,5 +1,7 @@
+use std::fs;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::thread;
 
 use super::*;
 use crate::record::FLAG_DURABLE;
@@ -358,24 +360,6 @@ mod model {
             let _ = recovered;
         }
     }
-}
-
-#[test]
-fn after_a_failure_the_store_refuses_writes_and_tells_waiters_no() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, _) = open(dir.path(), 1 << 20);
-    store.fail("injected by the test");
-    let (tx, rx) = mpsc::channel();
-    let mut batch = RecordBatch::new();
-    batch.enqueue(1, 1, FLAG_DURABLE, |b| b.extend_from_slice(b"x"));
-    batch.on_durable(Box::new(move |ok| tx.send(ok).unwrap()));
-    let error = store.append(&mut batch, &mut Vec::new()).unwrap_err();
-    assert!(error.to_string().contains("restart the broker"), "{error}");
-    assert!(
-        !rx.recv_timeout(Duration::from_secs(5)).unwrap(),
-        "the waiter hears no"
-    );
-    assert!(batch.is_empty(), "the batch is consumed either way");
 }
 
 #[test]

@@ -565,7 +565,8 @@ impl ClassicQueue {
 
     fn read_stored(&self, location: Location) -> Option<(Message, Option<u64>)> {
         let persist = self.persist.as_ref()?;
-        let read = persist.store.read(location).and_then(|bytes| {
+        let read = persist.store.read(location).map_err(std::io::Error::from);
+        let read = read.and_then(|bytes| {
             Message::decode_stored(bytes).ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, "not a stored message")
             })
