@@ -23,7 +23,7 @@
 # as a private node). Each run is `warren perf FLAGS -z SECONDS`, measured by compare.sh's
 # measure (sourced): the tool's summary, the broker's CPU (utime + stime from /proc) per
 # message received, the other processes' load; W1 and W9p also check that their queue is
-# durable. C10k is `bench/connections.sh --connections N --hold 10` (its own brokers). Each
+# durable. C10k is `bench/connections.sh --connections N --hold 15` (its own brokers). Each
 # run prints its block as it ends, after a `seeds: BROKER [step/total] ID` line. --seconds
 # (default 20) is each load run's -z. --warren BIN (or WARREN_BROKER_BIN) is the Warren
 # binary, which is also the `warren perf` load tool; --label says in the table's header what
@@ -49,7 +49,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/compare.sh"
 readonly ALL_WORKLOADS=(W1 W2 X-default X-direct X-fanout X-topic X-headers F50 F100 F200
   L1k L10k W9t W9p C10k)
 readonly MIB=1048576
-readonly C10K_HOLD_S=10
+readonly C10K_HOLD_S=15 # connections.sh takes the RSS 5 s in; it wants at least 15
 readonly BETWEEN_RUNS_S=2 # the broker settles (consumers gone, queues deleted) between runs
 
 seconds=20
@@ -250,7 +250,7 @@ run_connections() {
   echo "seeds: C10k: bench/connections.sh --connections $connections --hold $C10K_HOLD_S" \
     "${only_flag[*]}"
   bash "$REPO_ROOT/bench/connections.sh" --connections "$connections" --hold "$C10K_HOLD_S" \
-    --out-dir "$work_dir/connections" ${only_flag[@]+"${only_flag[@]}"} 2>&1 | tee "$log" \
+    --out-dir "$LOG_DIR/connections" ${only_flag[@]+"${only_flag[@]}"} 2>&1 | tee "$log" \
     || status=$?
   python3 "$REPO_ROOT/bench/seeds_report.py" connections C10k "$log" >>"$csv" || status=1
   note_rows C10k rabbitmq
