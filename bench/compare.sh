@@ -411,4 +411,7 @@ cleanup() {
   fi
 }
 
-main "$@"
+# Run as a script; bench/seeds.sh sources this file for measure and check_durable instead.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi

@@ -74,9 +74,10 @@ pub struct Layout {
 }
 
 /// Draws `series` as lines into a PNG file at `out`, with a legend when there is more than
-/// one named series and a labelled dot at each mark. [`load_font`] must have run.
-pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
-    let drawn = render_png(out, layout, series);
+/// one named series and a labelled dot at each mark, on the `axes` given (a linear y axis
+/// from zero by default). [`load_font`] must have run.
+pub fn draw_png(out: &Path, layout: &Layout, series: &[Series], axes: &Axes) -> anyhow::Result<()> {
+    let drawn = render_png(out, layout, series, axes);
     if drawn.is_err() {
         // The backend writes its picture when it is dropped, on an error too: a blank or
         // half-drawn PNG would stand next to the real charts as if it were one.
@@ -85,10 +86,10 @@ pub fn draw_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Resul
     drawn
 }
 
-fn render_png(out: &Path, layout: &Layout, series: &[Series]) -> anyhow::Result<()> {
+fn render_png(out: &Path, layout: &Layout, series: &[Series], axes: &Axes) -> anyhow::Result<()> {
     let root = BitMapBackend::new(out, (layout.width, layout.height)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
-    draw_on(&root, layout, series, &Axes::default())?;
+    draw_on(&root, layout, series, axes)?;
     root.present().map_err(plot_error)?;
     Ok(())
 }
@@ -307,7 +308,13 @@ mod tests {
     fn nothing_to_draw_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("empty.png");
-        let error = draw_png(&out, &small_layout("empty", "x", "y"), &[]).unwrap_err();
+        let error = draw_png(
+            &out,
+            &small_layout("empty", "x", "y"),
+            &[],
+            &Axes::default(),
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("nothing to draw"), "{error}");
         assert!(!out.exists(), "a failed chart left {}", out.display());
     }
@@ -332,8 +339,25 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("chart.png");
-        draw_png(&out, &small_layout("test", "t", "v"), &series).unwrap();
+        draw_png(
+            &out,
+            &small_layout("test", "t", "v"),
+            &series,
+            &Axes::default(),
+        )
+        .unwrap();
         let bytes = std::fs::read(&out).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // the same series on a log axis (bench/seeds.sh draws its ratios so), which differs
+        // from the linear picture
+        let log_out = dir.path().join("chart-log.png");
+        let log = Axes {
+            log_y: true,
+            ..Axes::default()
+        };
+        draw_png(&log_out, &small_layout("test", "t", "v"), &series, &log).unwrap();
+        let log_bytes = std::fs::read(&log_out).unwrap();
+        assert_eq!(&log_bytes[..8], b"\x89PNG\r\n\x1a\n");
+        assert_ne!(bytes, log_bytes, "the log axis drew the linear chart");
     }
 }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use warren_plot::chart::{self, Layout};
+use warren_plot::chart::{self, Axes, Layout};
 use warren_plot::{Columns, Table};
 
 /// Draws a CSV file (header row first) as a PNG line chart: one line per value of the
@@ -46,6 +46,10 @@ struct Args {
     /// PNG file to write.
     #[arg(long, value_name = "FILE.png")]
     out: PathBuf,
+    /// A logarithmic y axis, for values that span decades (ratios, latencies); values at or
+    /// below zero are drawn at the axis' bottom.
+    #[arg(long)]
+    log_y: bool,
     /// Width in pixels.
     #[arg(long, default_value_t = 1200)]
     width: u32,
@@ -90,7 +94,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         width: args.width,
         height: args.height,
     };
-    chart::draw_png(&args.out, &layout, &series)
+    let axes = Axes {
+        log_y: args.log_y,
+        ..Axes::default()
+    };
+    chart::draw_png(&args.out, &layout, &series, &axes)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     let points: usize = series.iter().map(|s| s.points.len()).sum();
     eprintln!(
