@@ -98,6 +98,7 @@ async fn a_declare_that_cannot_be_written_is_refused_rolled_back_and_works_once_
         "a refused binding is rolled back"
     );
     // Nothing transient is written, so a broken directory does not stop it.
+    let connection = broker.connect().await;
     let channel = open_channel(&connection).await;
     declare(&channel, &transient, false)
         .await
