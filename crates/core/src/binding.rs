@@ -169,9 +169,9 @@ impl FromIterator<Binding> for BindingSet {
     }
 }
 
-fn forget_seq<K: std::hash::Hash + Eq, Q>(map: &mut HashMap<K, BTreeSet<u64>>, key: &Q, seq: u64)
+fn forget_seq<K, Q>(map: &mut HashMap<K, BTreeSet<u64>>, key: &Q, seq: u64)
 where
-    K: std::borrow::Borrow<Q>,
+    K: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
     Q: std::hash::Hash + Eq + ?Sized,
 {
     if let Some(seqs) = map.get_mut(key) {

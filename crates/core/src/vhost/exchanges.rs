@@ -42,11 +42,12 @@ impl VHost {
         result
     }
 
-    /// The completion to wait for, and the name when this declaration made the exchange.
+    /// The completion to wait for, and the name when this declaration made the exchange
+    /// (`None` when it exists and is not on its way to disk).
     fn start_declare_exchange(
         &self,
         req: ExchangeDeclare,
-    ) -> Result<Option<(Completion, Option<Arc<str>>)>, BrokerError> {
+    ) -> Result<Option<PendingDeclare>, BrokerError> {
         check_name("exchange", &req.name)?;
         // Before any lookup, passive too, as RabbitMQ's `check_not_default_exchange`.
         check_not_default_exchange(&req.name)?;
@@ -291,7 +292,11 @@ impl VHost {
                 current.without_binding(&binding, meta.bindings.of_source(source))
             });
             let mut removed = Removed::default();
-            self.auto_delete_exchanges(&mut meta, &[binding.source.clone()], &mut removed);
+            self.auto_delete_exchanges(
+                &mut meta,
+                std::slice::from_ref(&binding.source),
+                &mut removed,
+            );
             let mut changes = self.apply_removed(&meta, &removed);
             if durable {
                 changes.insert(0, VHostChange::DeleteBinding { binding });
@@ -351,6 +356,9 @@ impl VHost {
         }
     }
 }
+
+/// A declaration's completion, and the exchange's name when this declaration made it.
+type PendingDeclare = (Completion, Option<Arc<str>>);
 
 /// Waits for every completion; the first error, if any.
 async fn wait_all(completions: Vec<Completion>) -> Result<(), BrokerError> {
