@@ -193,7 +193,9 @@ async fn vhost_limits_cap_connections_and_queues() {
         return;
     }
     let core = broker.core();
-    core.add_vhost("small", VHostMetadata::default()).unwrap();
+    core.add_vhost("small", VHostMetadata::default())
+        .await
+        .unwrap();
     core.access()
         .set_permissions(PermissionDef {
             user: "guest".into(),
@@ -202,6 +204,7 @@ async fn vhost_limits_cap_connections_and_queues() {
             write: ".*".into(),
             read: ".*".into(),
         })
+        .await
         .unwrap();
     core.set_vhost_limits(
         "small",
@@ -210,6 +213,7 @@ async fn vhost_limits_cap_connections_and_queues() {
             max_queues: Some(2),
         },
     )
+    .await
     .unwrap();
     let url = broker.url_as("guest", "guest", "small");
     let first = try_connect(&url).await.unwrap();
@@ -347,6 +351,7 @@ async fn users_vhosts_permissions_and_policies_survive_a_restart() {
     let core = broker.core();
     core.access()
         .put_user("carol", Some("pw"), None, vec!["management".into()])
+        .await
         .unwrap();
     core.access()
         .set_permissions(PermissionDef {
@@ -356,6 +361,7 @@ async fn users_vhosts_permissions_and_policies_survive_a_restart() {
             write: ".*".into(),
             read: ".*".into(),
         })
+        .await
         .unwrap();
     {
         let connection = try_connect(&broker.url_as("carol", "pw", "dev"))
@@ -408,7 +414,7 @@ async fn deleting_a_user_or_vhost_closes_its_connections() {
     let alice = try_connect(&broker.url_as("alice", "s3cret", "dev"))
         .await
         .unwrap();
-    core.access().delete_user("alice").unwrap();
+    core.access().delete_user("alice").await.unwrap();
     eventually(
         "alice's connection closes",
         Duration::from_secs(5),
@@ -424,6 +430,7 @@ async fn deleting_a_user_or_vhost_closes_its_connections() {
                 write: ".*".into(),
                 read: ".*".into(),
             })
+            .await
             .unwrap();
         let connection = try_connect(&broker.url_as("guest", "guest", "dev"))
             .await

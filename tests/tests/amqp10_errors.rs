@@ -264,6 +264,7 @@ async fn links_need_permissions() {
     let access = broker.core().access();
     access
         .put_user("reader", Some("pw"), None, Vec::new())
+        .await
         .unwrap();
     access
         .set_permissions(PermissionDef {
@@ -273,6 +274,7 @@ async fn links_need_permissions() {
             write: String::new(),
             read: ".*".into(),
         })
+        .await
         .unwrap();
     let url = format!("amqp://reader:pw@{}", broker.addr());
     let mut connection = bounded!(Connection::open("reader", url.as_str())).unwrap();
@@ -300,6 +302,7 @@ async fn revoked_permissions_and_deleted_users_apply_at_once() {
     let access = broker.core().access();
     access
         .put_user("temp", Some("pw"), None, Vec::new())
+        .await
         .unwrap();
     let everything = PermissionDef {
         user: "temp".into(),
@@ -308,17 +311,17 @@ async fn revoked_permissions_and_deleted_users_apply_at_once() {
         write: ".*".into(),
         read: ".*".into(),
     };
-    access.set_permissions(everything).unwrap();
+    access.set_permissions(everything).await.unwrap();
     let url = format!("amqp://temp:pw@{}", broker.addr());
     let mut connection = bounded!(Connection::open("temp", url.as_str())).unwrap();
     let mut session = bounded!(fe2o3_amqp::Session::begin(&mut connection)).unwrap();
     let mut sender = bounded!(Sender::attach(&mut session, "s", "/exchanges/amq.fanout")).unwrap();
     assert!(bounded!(sender.send("allowed")).unwrap().is_released());
-    access.clear_permissions("temp", "/").unwrap();
+    access.clear_permissions("temp", "/").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let outcome = bounded!(sender.send("revoked")).unwrap();
     assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
-    access.delete_user("temp").unwrap();
+    access.delete_user("temp").await.unwrap();
     let closed = bounded!(connection.on_close());
     assert!(format!("{closed:?}").contains("deleted"), "{closed:?}");
 }

@@ -422,9 +422,11 @@ async fn bad_credentials_are_401_and_whoami_names_the_user() {
     let access = broker.core().access();
     access
         .put_user("mgmt-plain", Some("pw"), None, vec![])
+        .await
         .unwrap();
     access
         .put_user("mgmt-monitor", Some("pw"), None, vec!["monitoring".into()])
+        .await
         .unwrap();
     let as_user = |user: &'static str| {
         api.http

@@ -2,7 +2,7 @@
 //! `Arc<Broker>`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +18,9 @@ use crate::access::{Access, Bootstrap, Grant};
 use crate::alarm::{Alarms, DiskFreeLimit, MemoryWatermark};
 use crate::binding::Destination;
 use crate::error::{BrokerError, ErrorKind};
+use crate::limits::METADATA_IMPORT_WINDOW_MAX;
+use crate::metadata::file::FileStore;
+use crate::metadata::{Change, MetadataStore};
 use crate::queue::classic::Storage;
 use crate::queue::queue_type::QueueType;
 use crate::registry::Registry;
@@ -40,7 +43,8 @@ pub struct StorageConfig {
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
     access: Access,
-    data_dir: PathBuf,
+    /// Where durable definitions go (`crate::metadata`).
+    metadata: Arc<FileStore>,
     queue_storage: Storage,
     queue_credit: u32,
     next_id: AtomicU64,
@@ -84,7 +88,8 @@ impl Broker {
                 ),
             )
         })?;
-        let access = Access::open(data_dir, bootstrap)?;
+        let metadata = FileStore::open(data_dir)?;
+        let access = Access::open(metadata.clone(), bootstrap)?;
         let (store, mut recovered) = Store::open(StoreConfig {
             dir: data_dir.join("store"),
             segment_bytes: storage.segment_bytes,
@@ -97,7 +102,7 @@ impl Broker {
         for record in access.vhost_records() {
             let vhost = VHost::open(
                 &record.name,
-                data_dir,
+                metadata.clone(),
                 Some(queue_storage.clone()),
                 storage.queue_credit,
                 access.policy_set(&record.name),
@@ -110,7 +115,7 @@ impl Broker {
         Ok(Arc::new(Broker {
             vhosts: RwLock::new(vhosts),
             access,
-            data_dir: data_dir.to_path_buf(),
+            metadata,
             queue_storage,
             queue_credit: storage.queue_credit,
             next_id: AtomicU64::new(1),
@@ -132,6 +137,7 @@ impl Broker {
             }
         }
         self.store.close();
+        self.metadata.close();
     }
 
     pub fn vhost(&self, name: &str) -> Option<Arc<VHost>> {
@@ -176,31 +182,31 @@ impl Broker {
     }
 
     /// Creates a vhost (or updates its description and tags).
-    pub fn add_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
+    pub async fn add_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
         check_vhost_name(name)?;
-        self.access.put_vhost(name, metadata)?;
-        let mut vhosts = self.vhosts.write();
-        if !vhosts.contains_key(name) {
-            // A vhost deleted by a process killed before it removed the vhost's
-            // definitions file must not come back with its old queues.
-            let stale = crate::definitions::path_for(&self.data_dir, name);
-            crate::definitions::remove(&stale).map_err(|error| {
-                BrokerError::internal(format!("cannot remove {}: {error}", stale.display()))
-            })?;
-            let vhost = VHost::open(
-                name,
-                &self.data_dir,
-                Some(self.queue_storage.clone()),
-                self.queue_credit,
-                self.access.policy_set(name),
-                &mut Default::default(),
-            )
-            .map_err(|error| {
-                BrokerError::internal(format!("cannot create vhost '{name}': {error}"))
-            })?;
-            vhosts.insert(name.to_owned(), vhost);
-            tracing::info!(vhost = name, "vhost created");
+        self.access.put_vhost(name, metadata).await?;
+        if self.vhost(name).is_some() {
+            return Ok(());
         }
+        // A vhost deleted by a process killed before it removed the vhost's definitions
+        // must not come back with its old queues.
+        let stale = Change::DropVHost {
+            vhost: Arc::from(name),
+        };
+        self.metadata.submit(vec![stale]).wait().await?;
+        let store: Arc<dyn MetadataStore> = self.metadata.clone();
+        let vhost = VHost::open(
+            name,
+            store,
+            Some(self.queue_storage.clone()),
+            self.queue_credit,
+            self.access.policy_set(name),
+            &mut Default::default(),
+        )
+        .map_err(|error| BrokerError::internal(format!("cannot create vhost '{name}': {error}")))?;
+        // Two creations racing: the first one's vhost stays.
+        self.vhosts.write().entry(name.to_owned()).or_insert(vhost);
+        tracing::info!(vhost = name, "vhost created");
         Ok(())
     }
 
@@ -209,7 +215,7 @@ impl Broker {
     pub async fn delete_vhost(&self, name: &str) -> Result<(), BrokerError> {
         // Out of the map before the change is announced: its connections then find it gone.
         let removed = self.vhosts.write().remove(name);
-        if let Err(error) = self.access.delete_vhost(name) {
+        if let Err(error) = self.access.delete_vhost(name).await {
             if let Some(vhost) = removed {
                 self.vhosts.write().insert(name.to_owned(), vhost);
             }
@@ -222,8 +228,12 @@ impl Broker {
         Ok(())
     }
 
-    pub fn set_vhost_limits(&self, name: &str, limits: VHostLimits) -> Result<(), BrokerError> {
-        self.access.set_vhost_limits(name, limits)?;
+    pub async fn set_vhost_limits(
+        &self,
+        name: &str,
+        limits: VHostLimits,
+    ) -> Result<(), BrokerError> {
+        self.access.set_vhost_limits(name, limits).await?;
         if let Some(vhost) = self.vhost(name) {
             vhost.set_limits(limits.max_connections, limits.max_queues);
         }
@@ -237,7 +247,7 @@ impl Broker {
         operator: bool,
     ) -> Result<(), BrokerError> {
         let vhost = policy.vhost.clone();
-        self.access.set_policy(policy, operator)?;
+        self.access.set_policy(policy, operator).await?;
         self.reapply_policies(&vhost).await;
         Ok(())
     }
@@ -248,7 +258,7 @@ impl Broker {
         name: &str,
         operator: bool,
     ) -> Result<(), BrokerError> {
-        self.access.clear_policy(vhost, name, operator)?;
+        self.access.clear_policy(vhost, name, operator).await?;
         self.reapply_policies(vhost).await;
         Ok(())
     }
@@ -288,10 +298,10 @@ impl Broker {
                 vhost.metadata().default_queue_type.as_deref(),
             )?;
             if self.vhost(&vhost.name).is_none() {
-                self.add_vhost(&vhost.name, vhost.metadata())?;
+                self.add_vhost(&vhost.name, vhost.metadata()).await?;
             }
         }
-        self.access.import(definitions)?;
+        self.access.import(definitions).await?;
         for record in self.access.vhost_records() {
             if let Some(vhost) = self.vhost(&record.name) {
                 vhost.set_limits(record.limits.max_connections, record.limits.max_queues);
@@ -300,12 +310,21 @@ impl Broker {
                     .await;
             }
         }
+        self.import_topology(definitions).await
+    }
+
+    /// Declares the document's exchanges, then its queues, then its bindings, each with up to
+    /// `METADATA_IMPORT_WINDOW_MAX` on their way to disk at once, so the metadata store writes
+    /// them in a few large batches rather than one fsync each.
+    async fn import_topology(&self, definitions: &Definitions) -> Result<(), BrokerError> {
         let vhost = |name: &str| {
             self.vhost(name)
                 .ok_or_else(|| BrokerError::not_found(format!("no vhost '{name}'")))
         };
+        let mut window = ImportWindow::default();
         for exchange in &definitions.exchanges {
-            vhost(&exchange.vhost)?.declare_exchange(ExchangeDeclare {
+            let vhost = vhost(&exchange.vhost)?;
+            let request = ExchangeDeclare {
                 name: exchange.name.clone(),
                 kind: exchange.kind.clone(),
                 passive: false,
@@ -313,40 +332,46 @@ impl Broker {
                 auto_delete: exchange.auto_delete,
                 internal: exchange.internal,
                 arguments: table_from_json(&exchange.arguments),
-            })?;
+            };
+            window
+                .push(async move { vhost.declare_exchange(request).await })
+                .await;
         }
+        window.drain().await?;
         for queue in &definitions.queues {
-            vhost(&queue.vhost)?.declare_queue(
-                QueueDeclare {
-                    name: queue.name.clone(),
-                    passive: false,
-                    durable: queue.durable,
-                    exclusive: false,
-                    auto_delete: queue.auto_delete,
-                    arguments: table_from_json(&queue.arguments),
-                },
-                0,
-            )?;
+            let vhost = vhost(&queue.vhost)?;
+            let request = QueueDeclare {
+                name: queue.name.clone(),
+                passive: false,
+                durable: queue.durable,
+                exclusive: false,
+                auto_delete: queue.auto_delete,
+                arguments: table_from_json(&queue.arguments),
+            };
+            window
+                .push(async move { vhost.declare_queue(request, 0).await.map(drop) })
+                .await;
         }
+        window.drain().await?;
         for binding in &definitions.bindings {
             let destination = match binding.destination_type.as_str() {
                 "queue" => Destination::Queue(Arc::from(binding.destination.as_str())),
                 "exchange" => Destination::Exchange(Arc::from(binding.destination.as_str())),
                 other => {
+                    window.drain().await?;
                     return Err(BrokerError::precondition_failed(format!(
                         "binding destination_type '{other}': use queue or exchange"
-                    )))
+                    )));
                 }
             };
-            vhost(&binding.vhost)?.bind(
-                &binding.source,
-                destination,
-                &binding.routing_key,
-                table_from_json(&binding.arguments),
-                0,
-            )?;
+            let vhost = vhost(&binding.vhost)?;
+            let (source, key) = (binding.source.clone(), binding.routing_key.clone());
+            let arguments = table_from_json(&binding.arguments);
+            window
+                .push(async move { vhost.bind(&source, destination, &key, arguments, 0).await })
+                .await;
         }
-        Ok(())
+        window.drain().await
     }
 
     /// Everything durable, as a RabbitMQ definitions document.
@@ -443,6 +468,55 @@ impl Broker {
     /// Changes the disk free limit until the next restart (`rabbitmqctl set_disk_free_limit`).
     pub fn set_disk_free_limit(&self, limit: DiskFreeLimit) {
         self.alarms.set_disk_free_limit(limit);
+    }
+}
+
+/// Declarations of an import in flight: at most `METADATA_IMPORT_WINDOW_MAX` at once. Each
+/// runs to its end (none is cancelled half-way, which would leave it pending); the first
+/// error is kept.
+#[derive(Default)]
+struct ImportWindow {
+    tasks: tokio::task::JoinSet<Result<(), BrokerError>>,
+    error: Option<BrokerError>,
+}
+
+impl ImportWindow {
+    async fn push(
+        &mut self,
+        declaration: impl std::future::Future<Output = Result<(), BrokerError>> + Send + 'static,
+    ) {
+        while self.tasks.len() >= METADATA_IMPORT_WINDOW_MAX {
+            self.join_one().await;
+        }
+        self.tasks.spawn(declaration);
+    }
+
+    async fn join_one(&mut self) {
+        let result = match self.tasks.join_next().await {
+            Some(Ok(result)) => result,
+            Some(Err(error)) => Err(BrokerError::internal(format!(
+                "an import declaration stopped: {error}"
+            ))),
+            None => Ok(()),
+        };
+        if let Err(error) = result {
+            self.error.get_or_insert(error);
+        }
+    }
+
+    /// Waits for every declaration in flight; the first error, if any. (Dropped without
+    /// this, as on an early return, the declarations finish by themselves: see `Drop`.)
+    async fn drain(&mut self) -> Result<(), BrokerError> {
+        while !self.tasks.is_empty() {
+            self.join_one().await;
+        }
+        self.error.take().map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ImportWindow {
+    fn drop(&mut self) {
+        self.tasks.detach_all();
     }
 }
 

@@ -1,6 +1,7 @@
 //! Durable definitions of one vhost on disk: exchanges, queues and bindings, as one JSON
 //! document replaced atomically (write a temporary file, fsync, rename, fsync the directory),
-//! so a `kill -9` at any moment leaves either the old or the new document.
+//! so a `kill -9` at any moment leaves either the old or the new document. This is the
+//! snapshot the metadata store (`metadata::file`) compacts its journal into.
 
 use std::fs;
 use std::io::Write;
@@ -65,10 +66,12 @@ pub fn load(path: &Path) -> std::io::Result<Option<VHostDefinitions>> {
     Ok(Some(definitions))
 }
 
-pub fn save(path: &Path, mut definitions: VHostDefinitions) -> std::io::Result<()> {
+/// Replaces the vhost's snapshot with `definitions`; returns its size in bytes.
+pub fn save(path: &Path, mut definitions: VHostDefinitions) -> std::io::Result<u64> {
     definitions.format_version = FORMAT_VERSION;
     let bytes = serde_json::to_vec_pretty(&definitions).map_err(std::io::Error::other)?;
-    write_atomically(path, &bytes)
+    write_atomically(path, &bytes)?;
+    Ok(bytes.len() as u64)
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves the old or the new file: write a

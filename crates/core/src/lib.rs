@@ -14,6 +14,7 @@ pub mod exchange;
 pub mod identity;
 pub mod limits;
 pub mod message;
+pub mod metadata;
 pub mod queue;
 pub mod registry;
 pub mod routing;

@@ -40,3 +40,10 @@ pub const QUEUE_FLOW_STALL_MS: u64 = 5_000;
 /// Dead letters one queue holds while their target queues' mailboxes are full; beyond it new
 /// dead letters are dropped (see `queue::forward`).
 pub const DEAD_LETTER_PENDING_MAX: usize = 65_536;
+/// Requests the metadata writer takes into one batch (one fsync per vhost for all of them).
+pub const METADATA_BATCH_REQUESTS_MAX: usize = 4_096;
+/// A vhost's metadata journal may grow to twice its snapshot, and to at least this, before
+/// the next batch writes a new snapshot instead.
+pub const METADATA_JOURNAL_BYTES_MIN: u64 = 4 * 1024 * 1024;
+/// Definitions an import (POST /api/definitions) has on their way to disk at once.
+pub const METADATA_IMPORT_WINDOW_MAX: usize = 512;

@@ -1,11 +1,17 @@
 //! A virtual host: its exchanges, queues and bindings, and the routing snapshot built from them.
 //!
 //! Declarations take `meta` (a short, synchronous lock never held across `.await`), change it,
-//! write the durable part to disk, and swap in a new routing snapshot. Publishers only read
-//! the snapshot.
+//! swap in a routing snapshot updated by that change, and hand the durable part to the
+//! metadata store (`crate::metadata`) before letting go of the lock, so the store sees the
+//! changes in the order memory did. The caller then waits, without the lock, until the store
+//! says the change is durable, and only then answers its client; a change the store could not
+//! write is rolled back here and answered with an error. Publishers only read the snapshot.
+//!
+//! While a durable declaration or binding is on its way to disk it is listed in
+//! `Meta::pending`: a second client declaring the same thing waits for the same completion,
+//! so nobody gets declare-ok for something that is not on disk.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
@@ -13,12 +19,13 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use crate::access::policy::PolicySet;
-use crate::binding::{Binding, Destination};
+use crate::binding::{Binding, BindingKey, BindingSet, Destination};
 use crate::consumer::ConnectionId;
-use crate::definitions::{self, QueueRecord, VHostDefinitions};
+use crate::definitions::{QueueRecord, VHostDefinitions};
 use crate::error::{resource_name, BrokerError};
 use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::limits::NAME_BYTES_MAX;
+use crate::metadata::{Change, Completion, MetadataStore, VHostChange};
 use crate::queue::classic::Storage;
 use crate::queue::queue_type::QueueType;
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
@@ -64,14 +71,33 @@ pub struct ExchangeDeclare {
 struct Meta {
     exchanges: HashMap<Arc<str>, ExchangeDef>,
     queues: HashMap<Arc<str>, QueueHandle>,
-    bindings: Vec<Binding>,
+    bindings: BindingSet,
+    /// Durable declarations and bindings the store has not yet made durable.
+    pending: HashMap<Pending, Completion>,
+}
+
+/// What a pending change declared.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Pending {
+    Queue(Arc<str>),
+    Exchange(Arc<str>),
+    Binding(BindingKey),
+}
+
+/// What a removal took away besides itself: the snapshot and the store follow from it.
+#[derive(Debug, Default)]
+struct Removed {
+    queues: Vec<Arc<str>>,
+    exchanges: Vec<ExchangeDef>,
+    /// Exchanges that lost bindings and still exist.
+    sources: BTreeSet<Arc<str>>,
 }
 
 pub struct VHost {
     name: Arc<str>,
     meta: Mutex<Meta>,
     snapshot: ArcSwap<RoutingSnapshot>,
-    definitions_path: PathBuf,
+    metadata: Arc<dyn MetadataStore>,
     storage: Option<Storage>,
     /// Credit of each queue's publishers (`StorageConfig::queue_credit`).
     queue_credit: u32,
@@ -93,7 +119,7 @@ impl VHost {
     /// live in memory only.
     pub fn open(
         name: &str,
-        data_dir: &std::path::Path,
+        metadata: Arc<dyn MetadataStore>,
         storage: Option<Storage>,
         queue_credit: u32,
         policies: PolicySet,
@@ -103,7 +129,7 @@ impl VHost {
             name: Arc::from(name),
             meta: Mutex::new(Meta::default()),
             snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
-            definitions_path: definitions::path_for(data_dir, name),
+            metadata,
             storage,
             queue_credit,
             policies: ArcSwap::from_pointee(policies),
@@ -119,10 +145,10 @@ impl VHost {
                 let def = vhost.exchange_def(exchange, kind, true, false, false, Table::new());
                 meta.exchanges.insert(def.name.clone(), def);
             }
-            if let Some(saved) = definitions::load(&vhost.definitions_path)? {
+            if let Some(saved) = vhost.metadata.load_vhost(name)? {
                 vhost.recover(&mut meta, saved, recovered);
             }
-            vhost.publish_snapshot(&meta);
+            vhost.publish_full_snapshot(&meta);
         }
         Ok(vhost)
     }
@@ -146,7 +172,7 @@ impl VHost {
 
     /// Every binding of the vhost (management API), in the order they were made.
     pub fn bindings(&self) -> Vec<Binding> {
-        self.meta.lock().bindings.clone()
+        self.meta.lock().bindings.iter().cloned().collect()
     }
 
     /// The current routing snapshot; cheap, lock-free.
@@ -196,7 +222,7 @@ impl VHost {
             let handle = self.spawn_queue(kind, def, args, messages);
             meta.queues.insert(record.name, handle);
         }
-        meta.bindings = saved.bindings;
+        meta.bindings = saved.bindings.into_iter().collect();
         tracing::info!(
             vhost = %self.name,
             exchanges = meta.exchanges.len(),
@@ -237,7 +263,7 @@ impl VHost {
         let name = def.name.clone();
         let on_auto_delete = Box::new(move || {
             if let Some(vhost) = vhost.upgrade() {
-                vhost.forget_queue(&name);
+                drop(vhost.forget_queue(&name));
             }
         });
         let setup = crate::queue::Setup {
@@ -251,33 +277,101 @@ impl VHost {
         kind.behaviour().start(def, setup)
     }
 
-    /// Swaps in a snapshot built from `meta` (called with the lock held, so snapshots are
-    /// published in the order of the changes).
-    fn publish_snapshot(&self, meta: &Meta) {
-        let policies = self.policies.load();
-        let with_policy_ae;
-        let exchanges = if policies.is_empty() {
-            &meta.exchanges
-        } else {
-            // An exchange without its own `alternate-exchange` takes its policy's.
-            with_policy_ae = meta
-                .exchanges
-                .iter()
-                .map(|(name, def)| {
-                    let mut def = def.clone();
-                    if def.alternate_exchange().is_none() {
-                        if let Some(ae) = policies.alternate_exchange(name) {
-                            def.arguments
-                                .insert("alternate-exchange".into(), Value::Str(ae));
-                        }
-                    }
-                    (name.clone(), def)
-                })
-                .collect();
-            &with_policy_ae
-        };
-        let snapshot = RoutingSnapshot::build(&self.name, exchanges, &meta.queues, &meta.bindings);
+    /// Swaps in a snapshot built from all of `meta` (at start, and when policies change).
+    /// Called with the lock held, so snapshots are published in the order of the changes.
+    fn publish_full_snapshot(&self, meta: &Meta) {
+        let exchanges = meta.exchanges.values().map(|def| self.routed(def));
+        let snapshot =
+            RoutingSnapshot::build(&self.name, exchanges, &meta.queues, meta.bindings.iter());
         self.snapshot.store(Arc::new(snapshot));
+    }
+
+    /// Swaps in the snapshot `change` makes of the current one (called with the lock held).
+    fn update_snapshot(&self, change: impl FnOnce(&RoutingSnapshot) -> RoutingSnapshot) {
+        let next = change(&self.snapshot.load());
+        self.snapshot.store(Arc::new(next));
+    }
+
+    /// The definition an exchange routes by: without its own `alternate-exchange`, it takes
+    /// its policy's.
+    fn routed(&self, def: &ExchangeDef) -> ExchangeDef {
+        let mut def = def.clone();
+        if def.alternate_exchange().is_none() {
+            if let Some(ae) = self.policies.load().alternate_exchange(&def.name) {
+                def.arguments
+                    .insert("alternate-exchange".into(), Value::Str(ae));
+            }
+        }
+        def
+    }
+
+    /// Publishes what a removal took away: queues, exchanges, and the tables of exchanges
+    /// that lost bindings (each rebuilt once). Returns the store changes for what was durable.
+    fn apply_removed(&self, meta: &Meta, removed: &Removed) -> Vec<VHostChange> {
+        self.update_snapshot(|current| {
+            let mut next = current.clone();
+            for name in &removed.queues {
+                next = next.without_queue(name);
+            }
+            for def in &removed.exchanges {
+                next = next.without_exchange(&def.name);
+            }
+            for source in &removed.sources {
+                if let Some(def) = meta.exchanges.get(source) {
+                    next = next.with_exchange(self.routed(def), meta.bindings.of_source(source));
+                }
+            }
+            next
+        });
+        removed
+            .exchanges
+            .iter()
+            .filter(|def| def.durable && !is_predeclared(&def.name))
+            .map(|def| VHostChange::DeleteExchange {
+                name: def.name.clone(),
+            })
+            .collect()
+    }
+
+    /// Hands durable changes to the metadata store (called with the lock held: the store
+    /// sees them in the order they were made here).
+    fn submit(&self, changes: Vec<VHostChange>) -> Completion {
+        let changes = changes
+            .into_iter()
+            .map(|change| Change::VHost {
+                vhost: self.name.clone(),
+                change,
+            })
+            .collect();
+        self.metadata.submit(changes)
+    }
+
+    /// Runs the end of a change (waiting for the store, rolling back on failure) in a task of
+    /// its own, so that it completes even when the client's future is dropped half-way (a
+    /// connection closing, an HTTP client going away): a pending entry is never left behind.
+    async fn finish_detached<F>(
+        &self,
+        finish: impl FnOnce(Arc<VHost>) -> F,
+    ) -> Result<(), BrokerError>
+    where
+        F: std::future::Future<Output = Result<(), BrokerError>> + Send + 'static,
+    {
+        let this = self
+            .this
+            .upgrade()
+            .expect("invariant: a vhost in use is held by an Arc");
+        tokio::spawn(finish(this)).await.map_err(|error| {
+            BrokerError::internal(format!("a definition change stopped half-way: {error}"))
+        })?
+    }
+
+    /// Drops the pending entry for `key` if it is still `completion`'s; whether it was.
+    fn settle(meta: &mut Meta, key: &Pending, completion: &Completion) -> bool {
+        let ours = meta.pending.get(key).is_some_and(|c| c.same(completion));
+        if ours {
+            meta.pending.remove(key);
+        }
+        ours
     }
 
     /// The durable exchanges, queues and bindings (what survives a restart).
@@ -308,11 +402,7 @@ impl VHost {
             .queues
             .values()
             .filter(|q| durable_queue(q.name()))
-            .map(|q| QueueRecord {
-                name: q.name().clone(),
-                auto_delete: q.def().auto_delete,
-                arguments: q.def().arguments.clone(),
-            })
+            .map(|q| queue_record(q.def()))
             .collect();
         saved.bindings = meta
             .bindings
@@ -329,17 +419,17 @@ impl VHost {
         saved
     }
 
-    /// Writes the durable definitions. A failure is logged and reported: the change is live
-    /// but would not survive a restart, which the client must learn.
-    fn persist(&self, meta: &Meta) -> Result<(), BrokerError> {
-        let saved = self.saved(meta);
-        definitions::save(&self.definitions_path, saved).map_err(|error| {
-            tracing::error!(vhost = %self.name, %error, "cannot write definitions");
-            BrokerError::internal(format!(
-                "cannot write definitions to {}: {error}",
-                self.definitions_path.display()
-            ))
-        })
+    /// Whether a binding survives a restart: both its ends do.
+    fn durable_binding(meta: &Meta, binding: &Binding) -> bool {
+        let durable_exchange =
+            |name: &Arc<str>| meta.exchanges.get(name).is_some_and(|e| e.durable);
+        durable_exchange(&binding.source)
+            && match &binding.destination {
+                Destination::Queue(name) => {
+                    meta.queues.get(name).is_some_and(|q| is_durable(q.def()))
+                }
+                Destination::Exchange(name) => durable_exchange(name),
+            }
     }
 
     fn no_exchange(&self, name: &str) -> BrokerError {
@@ -351,6 +441,19 @@ impl VHost {
 
     fn no_queue(&self, name: &str) -> BrokerError {
         BrokerError::not_found(format!("no {}", resource_name("queue", name, &self.name)))
+    }
+}
+
+/// A queue that survives a restart (an exclusive one never does, whatever it says).
+fn is_durable(def: &QueueDef) -> bool {
+    def.durable && def.exclusive_owner.is_none()
+}
+
+fn queue_record(def: &QueueDef) -> QueueRecord {
+    QueueRecord {
+        name: def.name.clone(),
+        auto_delete: def.auto_delete,
+        arguments: def.arguments.clone(),
     }
 }
 

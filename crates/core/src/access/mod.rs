@@ -1,6 +1,6 @@
 //! Users, virtual hosts' metadata and limits, permissions, topic permissions and policies:
-//! the broker-wide definitions. Kept in RabbitMQ's definitions format in
-//! `<data_dir>/definitions/broker.json` (replaced atomically on every change), and compiled
+//! the broker-wide definitions. Kept in RabbitMQ's definitions format through the metadata
+//! store (`crate::metadata`: today `<data_dir>/definitions/broker.json`), and compiled
 //! into an immutable snapshot that connections read without locks (`Grant`).
 //!
 //! Every change bumps a generation that connections watch: a connection whose user was
@@ -12,7 +12,6 @@ pub mod password;
 pub mod policy;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -20,6 +19,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::error::BrokerError;
+use crate::metadata::{Change, MetadataStore};
 use format::{
     operator_policy_from_parameter, operator_policy_to_parameter, Definitions, ParameterDef,
     PermissionDef, TopicPermissionDef, UserDef, VHostDef, VHostLimits, VHostMetadata,
@@ -104,46 +104,38 @@ struct Snapshot {
 pub struct Access {
     state: Mutex<State>,
     snapshot: ArcSwap<Snapshot>,
-    path: PathBuf,
+    store: Arc<dyn MetadataStore>,
+    /// Bumped by every change made in memory: a failed write rolls back only when no change
+    /// came after it (a later one wrote the whole state, this change included).
+    changes: std::sync::atomic::AtomicU64,
     loopback_users: Vec<String>,
     generation: watch::Sender<u64>,
 }
 
 impl Access {
-    /// Loads `definitions/broker.json` under `data_dir`, or creates it from `bootstrap` on
+    /// Loads the broker-wide definitions from `store`, or creates them from `bootstrap` on
     /// first start.
-    pub fn open(data_dir: &Path, bootstrap: &Bootstrap) -> std::io::Result<Access> {
-        let path = data_dir.join("definitions").join("broker.json");
-        let (state, fresh) = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let definitions: Definitions = serde_json::from_slice(&bytes).map_err(|error| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{} is corrupt: {error}", path.display()),
-                    )
-                })?;
+    pub fn open(store: Arc<dyn MetadataStore>, bootstrap: &Bootstrap) -> std::io::Result<Access> {
+        let (state, fresh) = match store.load_access()? {
+            Some(definitions) => {
                 let mut state = State::default();
                 apply(&mut state, &definitions)
                     .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))?;
                 (state, false)
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                (first_boot(bootstrap), true)
-            }
-            Err(error) => return Err(error),
-        };
-        let access = Access {
-            snapshot: ArcSwap::from_pointee(compile(&state)),
-            state: Mutex::new(state),
-            path,
-            loopback_users: bootstrap.loopback_users.clone(),
-            generation: watch::channel(0).0,
+            None => (first_boot(bootstrap), true),
         };
         if fresh {
-            let state = access.state.lock();
-            access.persist(&state)?;
+            store.init_access(&export(&state))?;
         }
-        Ok(access)
+        Ok(Access {
+            snapshot: ArcSwap::from_pointee(compile(&state)),
+            state: Mutex::new(state),
+            store,
+            changes: std::sync::atomic::AtomicU64::new(0),
+            loopback_users: bootstrap.loopback_users.clone(),
+            generation: watch::channel(0).0,
+        })
     }
 
     /// Checks a user's password and where they connect from (RabbitMQ's texts).
@@ -271,29 +263,44 @@ impl Access {
         PolicySet::new(&of(&state.policies), &of(&state.operator_policies))
     }
 
-    /// Applies `change` to a copy of the state; on success persists it, compiles the new
-    /// snapshot and tells the watchers.
-    fn change(
+    /// Applies `change` to a copy of the state, hands the result to the metadata store and
+    /// makes it current; returns once it is durable. A write that fails is rolled back (unless
+    /// a later change, which wrote this one too, came after it) and answered with an error.
+    async fn change(
         &self,
         change: impl FnOnce(&mut State) -> Result<(), BrokerError>,
     ) -> Result<(), BrokerError> {
-        let mut state = self.state.lock();
-        let mut next = state.clone();
-        change(&mut next)?;
-        self.persist(&next).map_err(|error| {
-            BrokerError::internal(format!("cannot write {}: {error}", self.path.display()))
-        })?;
-        self.snapshot.store(Arc::new(compile(&next)));
-        *state = next;
-        drop(state);
+        use std::sync::atomic::Ordering;
+        let (completion, previous, ours) = {
+            let mut state = self.state.lock();
+            let mut next = state.clone();
+            change(&mut next)?;
+            let definitions = Arc::new(export(&next));
+            let completion = self.store.submit(vec![Change::Access { definitions }]);
+            self.snapshot.store(Arc::new(compile(&next)));
+            let previous = std::mem::replace(&mut *state, next);
+            (
+                completion,
+                previous,
+                self.changes.fetch_add(1, Ordering::Relaxed) + 1,
+            )
+        };
+        let result = completion.wait().await;
+        if result.is_err() {
+            let mut state = self.state.lock();
+            if self.changes.load(Ordering::Relaxed) == ours {
+                self.snapshot.store(Arc::new(compile(&previous)));
+                *state = previous;
+            }
+        }
         self.generation.send_modify(|g| *g += 1);
-        Ok(())
+        result
     }
 
     /// Creates or updates a user. `password` is hashed with SHA-256; `hash` is taken as it
     /// is (RabbitMQ's `password_hash`). With neither the user has no password and cannot log
     /// in with one, also when it had one: RabbitMQ's `PUT /api/users/{name}`.
-    pub fn put_user(
+    pub async fn put_user(
         &self,
         name: &str,
         password: Option<&str>,
@@ -327,9 +334,10 @@ impl Access {
             state.users.insert(name.to_owned(), user);
             Ok(())
         })
+        .await
     }
 
-    pub fn delete_user(&self, name: &str) -> Result<(), BrokerError> {
+    pub async fn delete_user(&self, name: &str) -> Result<(), BrokerError> {
         self.change(|state| {
             state
                 .users
@@ -341,9 +349,10 @@ impl Access {
                 .retain(|(user, _, _), _| user != name);
             Ok(())
         })
+        .await
     }
 
-    pub fn put_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
+    pub async fn put_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
         if name.is_empty() {
             return Err(BrokerError::precondition_failed(
                 "vhost name must not be empty",
@@ -359,10 +368,11 @@ impl Access {
             record.metadata = metadata;
             Ok(())
         })
+        .await
     }
 
     /// Forgets a vhost with its permissions and policies.
-    pub fn delete_vhost(&self, name: &str) -> Result<(), BrokerError> {
+    pub async fn delete_vhost(&self, name: &str) -> Result<(), BrokerError> {
         self.change(|state| {
             state
                 .vhosts
@@ -378,17 +388,23 @@ impl Access {
                 .retain(|(vhost, _), _| vhost != name);
             Ok(())
         })
+        .await
     }
 
-    pub fn set_vhost_limits(&self, vhost: &str, limits: VHostLimits) -> Result<(), BrokerError> {
+    pub async fn set_vhost_limits(
+        &self,
+        vhost: &str,
+        limits: VHostLimits,
+    ) -> Result<(), BrokerError> {
         self.change(|state| {
             let record = state.vhosts.get_mut(vhost).ok_or_else(|| no_vhost(vhost))?;
             record.limits = limits;
             Ok(())
         })
+        .await
     }
 
-    pub fn set_permissions(&self, permission: PermissionDef) -> Result<(), BrokerError> {
+    pub async fn set_permissions(&self, permission: PermissionDef) -> Result<(), BrokerError> {
         for pattern in [&permission.configure, &permission.write, &permission.read] {
             Pattern::compile(pattern).map_err(BrokerError::precondition_failed)?;
         }
@@ -398,9 +414,10 @@ impl Access {
             state.permissions.insert(key, permission);
             Ok(())
         })
+        .await
     }
 
-    pub fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), BrokerError> {
+    pub async fn clear_permissions(&self, user: &str, vhost: &str) -> Result<(), BrokerError> {
         self.change(|state| {
             state
                 .permissions
@@ -412,9 +429,13 @@ impl Access {
                     ))
                 })
         })
+        .await
     }
 
-    pub fn set_topic_permissions(&self, permission: TopicPermissionDef) -> Result<(), BrokerError> {
+    pub async fn set_topic_permissions(
+        &self,
+        permission: TopicPermissionDef,
+    ) -> Result<(), BrokerError> {
         check_topic_patterns(&permission).map_err(BrokerError::precondition_failed)?;
         self.change(|state| {
             check_user_and_vhost(state, &permission.user, &permission.vhost)?;
@@ -426,10 +447,11 @@ impl Access {
             state.topic_permissions.insert(key, permission);
             Ok(())
         })
+        .await
     }
 
     /// Clears one exchange's topic permissions, or all of the user's in `vhost`.
-    pub fn clear_topic_permissions(
+    pub async fn clear_topic_permissions(
         &self,
         user: &str,
         vhost: &str,
@@ -447,9 +469,14 @@ impl Access {
             }
             Ok(())
         })
+        .await
     }
 
-    pub fn set_policy(&self, policy: PolicyRecord, operator: bool) -> Result<(), BrokerError> {
+    pub async fn set_policy(
+        &self,
+        policy: PolicyRecord,
+        operator: bool,
+    ) -> Result<(), BrokerError> {
         policy
             .validate(operator)
             .map_err(BrokerError::precondition_failed)?;
@@ -465,9 +492,15 @@ impl Access {
             }
             Ok(())
         })
+        .await
     }
 
-    pub fn clear_policy(&self, vhost: &str, name: &str, operator: bool) -> Result<(), BrokerError> {
+    pub async fn clear_policy(
+        &self,
+        vhost: &str,
+        name: &str,
+        operator: bool,
+    ) -> Result<(), BrokerError> {
         self.change(|state| {
             let map = if operator {
                 &mut state.operator_policies
@@ -480,24 +513,20 @@ impl Access {
                     BrokerError::not_found(format!("no policy '{name}' in vhost '{vhost}'"))
                 })
         })
+        .await
     }
 
     /// Adds (or updates) everything in `definitions` except queues, exchanges and bindings,
     /// which the broker declares in each vhost.
-    pub fn import(&self, definitions: &Definitions) -> Result<(), BrokerError> {
+    pub async fn import(&self, definitions: &Definitions) -> Result<(), BrokerError> {
         self.change(|state| apply(state, definitions).map_err(BrokerError::precondition_failed))
+            .await
     }
 
     /// Users, vhosts, permissions, parameters and policies in RabbitMQ's format.
     pub fn export(&self) -> Definitions {
         let state = self.state.lock();
         export(&state)
-    }
-
-    fn persist(&self, state: &State) -> std::io::Result<()> {
-        let definitions = export(state);
-        let bytes = serde_json::to_vec_pretty(&definitions).map_err(std::io::Error::other)?;
-        crate::definitions::write_atomically(&self.path, &bytes)
     }
 }
 
@@ -736,55 +765,4 @@ fn compile(state: &State) -> Snapshot {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_users_log_in_only_from_loopback() {
-        let dir = tempfile::tempdir().unwrap();
-        let access = Access::open(dir.path(), &Bootstrap::default()).unwrap();
-        access
-            .put_user("remote", Some("pw"), None, Vec::new())
-            .unwrap();
-        assert!(access.authenticate("PLAIN", "guest", "guest", true).is_ok());
-        let refused = access
-            .authenticate("PLAIN", "guest", "guest", false)
-            .unwrap_err();
-        assert_eq!(
-            refused,
-            "user 'guest' can only connect via localhost (loopback_users)"
-        );
-        assert!(access.authenticate("PLAIN", "remote", "pw", false).is_ok());
-        let wrong = access
-            .authenticate("PLAIN", "guest", "nope", true)
-            .unwrap_err();
-        assert!(
-            wrong.starts_with("ACCESS_REFUSED - Login was refused"),
-            "{wrong}"
-        );
-    }
-
-    #[test]
-    fn first_boot_gives_the_default_user_everything_in_the_default_vhost() {
-        let dir = tempfile::tempdir().unwrap();
-        let access = Access::open(dir.path(), &Bootstrap::default()).unwrap();
-        let grant = access.grant("guest", "/").unwrap();
-        assert!(grant
-            .check(Perm::Configure, ResourceKind::Queue, "q")
-            .is_ok());
-        assert_eq!(access.user("guest").unwrap().tags, ["administrator"]);
-        // The file is written at once; a second open reads it rather than bootstrapping.
-        access.put_user("x", Some("y"), None, Vec::new()).unwrap();
-        drop(access);
-        let other = Bootstrap {
-            default_user: "admin".into(),
-            ..Bootstrap::default()
-        };
-        let again = Access::open(dir.path(), &other).unwrap();
-        assert!(again.user_exists("x") && again.user_exists("guest"));
-        assert!(
-            !again.user_exists("admin"),
-            "bootstrap runs on first start only"
-        );
-    }
-}
+mod tests;

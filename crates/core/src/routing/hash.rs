@@ -54,7 +54,7 @@ pub fn modulus_index(key: &[u8], destinations: usize) -> Option<usize> {
 }
 
 /// The consistent-hash ring: destinations with their weights, in binding order.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HashRing<T> {
     /// Each destination with the end (exclusive) of its bucket range.
     points: Vec<(u64, T)>,

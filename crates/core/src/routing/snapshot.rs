@@ -1,5 +1,6 @@
 //! The routing snapshot. Publishers read it without a lock (`ArcSwap`); every declaration,
-//! deletion or (un)binding builds a new one. Default and direct exchanges route through hash
+//! deletion or (un)binding makes a new one from the previous one and what changed (`update`),
+//! sharing every exchange it did not touch. Default and direct exchanges route through hash
 //! maps, topic exchanges through a trie, headers exchanges by scanning their bindings, the
 //! hash exchanges through a prebuilt ring or list (see `routing::hash`).
 //!
@@ -7,6 +8,8 @@
 //! headers); each exchange on the way routes on all of them. Routing a message allocates
 //! nothing beyond the destinations it pushes to `out`, unless an exchange on the way needs the
 //! message's headers or properties, which are then decoded once.
+
+mod update;
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
@@ -20,6 +23,7 @@ use crate::exchange::{ExchangeDef, ExchangeType};
 use crate::queue::QueueHandle;
 use crate::routing::hash::{self, HashOn, HashProperty, HashRing};
 use crate::routing::headers::{self, MatchMode};
+use crate::routing::layered::LayeredMap;
 use crate::routing::topic_trie::TopicTrie;
 use crate::value::Table;
 
@@ -45,9 +49,9 @@ enum Target {
 /// that placement does not depend on the order bindings were made in (nor on a restart).
 type DestinationOrder = (bool, Arc<str>, Arc<str>);
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Table_ {
-    Direct(FxHashMap<Arc<str>, Vec<Target>>),
+    Direct(LayeredMap<Arc<str>, Vec<Target>>),
     Fanout(Vec<Target>),
     Topic(TopicTrie<Target>),
     Headers(Vec<(MatchMode, Table, Target)>),
@@ -59,7 +63,7 @@ enum Table_ {
 impl Table_ {
     fn new(def: &ExchangeDef) -> Table_ {
         match def.kind {
-            ExchangeType::Direct => Table_::Direct(FxHashMap::default()),
+            ExchangeType::Direct => Table_::Direct(LayeredMap::default()),
             ExchangeType::Fanout => Table_::Fanout(Vec::new()),
             ExchangeType::Topic => Table_::Topic(TopicTrie::default()),
             ExchangeType::Headers => Table_::Headers(Vec::new()),
@@ -83,28 +87,30 @@ struct ExchangeRoute {
 /// How far exchange-to-exchange bindings are followed (cycles are cut by a visited list too).
 const EXCHANGE_HOPS_MAX: usize = 32;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RoutingSnapshot {
     vhost: Arc<str>,
-    queues: FxHashMap<Arc<str>, QueueHandle>,
-    exchanges: FxHashMap<Arc<str>, ExchangeRoute>,
+    queues: LayeredMap<Arc<str>, QueueHandle>,
+    exchanges: LayeredMap<Arc<str>, Arc<ExchangeRoute>>,
 }
 
 impl RoutingSnapshot {
-    pub fn build(
+    /// A snapshot of everything at once (start, policy changes); `routed` gives the definition
+    /// an exchange routes by (its policy's alternate exchange added).
+    pub fn build<'a>(
         vhost: &Arc<str>,
-        exchanges: &HashMap<Arc<str>, ExchangeDef>,
+        exchanges: impl Iterator<Item = ExchangeDef>,
         queues: &HashMap<Arc<str>, QueueHandle>,
-        bindings: &[Binding],
+        bindings: impl Iterator<Item = &'a Binding>,
     ) -> RoutingSnapshot {
-        let mut routes: FxHashMap<Arc<str>, ExchangeRoute> = exchanges
-            .iter()
-            .map(|(name, def)| {
-                let table = Table_::new(def);
-                let def = def.clone();
-                (name.clone(), ExchangeRoute { def, table })
+        let mut tables: FxHashMap<Arc<str>, ExchangeRoute> = exchanges
+            .map(|def| {
+                let table = Table_::new(&def);
+                (def.name.clone(), ExchangeRoute { def, table })
             })
             .collect();
+        let mut direct: FxHashMap<Arc<str>, FxHashMap<Arc<str>, Vec<Target>>> =
+            FxHashMap::default();
         for binding in bindings {
             let target = match &binding.destination {
                 Destination::Queue(name) => match queues.get(name) {
@@ -113,20 +119,38 @@ impl RoutingSnapshot {
                 },
                 Destination::Exchange(name) => Target::Exchange(name.clone()),
             };
-            let Some(route) = routes.get_mut(&binding.source) else {
+            let Some(route) = tables.get_mut(&binding.source) else {
                 continue;
             };
+            if let Table_::Direct(_) = route.table {
+                // Collected into a plain map and turned into a layered one once, below.
+                direct
+                    .entry(binding.source.clone())
+                    .or_default()
+                    .entry(binding.routing_key.clone())
+                    .or_default()
+                    .push(target);
+                continue;
+            }
             add_binding(&mut route.table, binding, target);
         }
-        for route in routes.values_mut() {
+        for (name, map) in direct {
+            if let Some(route) = tables.get_mut(&name) {
+                route.table = Table_::Direct(LayeredMap::from_map(map));
+            }
+        }
+        for route in tables.values_mut() {
             if let Table_::ModulusHash(list) = &mut route.table {
                 list.sort_by(|a, b| a.0.cmp(&b.0));
             }
         }
+        let routes = tables.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         RoutingSnapshot {
             vhost: vhost.clone(),
-            queues: queues.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            exchanges: routes,
+            queues: LayeredMap::from_map(
+                queues.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            ),
+            exchanges: LayeredMap::from_map(routes),
         }
     }
 
@@ -225,10 +249,11 @@ impl RoutingSnapshot {
 
 fn add_binding(table: &mut Table_, binding: &Binding, target: Target) {
     match table {
-        Table_::Direct(map) => map
-            .entry(binding.routing_key.clone())
-            .or_default()
-            .push(target),
+        Table_::Direct(map) => {
+            let mut targets = map.get(&binding.routing_key).cloned().unwrap_or_default();
+            targets.push(target);
+            map.set(binding.routing_key.clone(), Some(targets));
+        }
         Table_::Fanout(targets) | Table_::LocalRandom(targets) => targets.push(target),
         Table_::Topic(trie) => trie.insert(&binding.routing_key, target),
         Table_::Headers(list) => {
@@ -490,7 +515,12 @@ mod tests {
 
         fn snapshot(&self) -> RoutingSnapshot {
             let vhost: Arc<str> = "/".into();
-            RoutingSnapshot::build(&vhost, &self.exchanges, &self.queues, &self.bindings)
+            RoutingSnapshot::build(
+                &vhost,
+                self.exchanges.values().cloned(),
+                &self.queues,
+                self.bindings.iter(),
+            )
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TopicTrie<T> {
     root: Node<T>,
 }
@@ -16,7 +16,7 @@ impl<T> Default for TopicTrie<T> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Node<T> {
     words: HashMap<Box<str>, Node<T>>,
     star: Option<Box<Node<T>>>,

@@ -6,20 +6,80 @@ use super::*;
 use crate::routing::hash::{self, HashOn};
 
 impl VHost {
-    pub fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
+    /// Declares (or passively checks) an exchange; returns once it is durable (when it is).
+    pub async fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
+        let (completion, ours) = match self.start_declare_exchange(req)? {
+            Some(pending) => pending,
+            None => return Ok(()),
+        };
+        match ours {
+            Some(name) => {
+                self.finish_detached(|this| async move {
+                    this.finish_declare_exchange(name, completion).await
+                })
+                .await
+            }
+            None => completion.wait().await,
+        }
+    }
+
+    async fn finish_declare_exchange(
+        &self,
+        name: Arc<str>,
+        completion: Completion,
+    ) -> Result<(), BrokerError> {
+        let result = completion.clone().wait().await;
+        let mut meta = self.meta.lock();
+        let key = Pending::Exchange(name.clone());
+        if Self::settle(&mut meta, &key, &completion) && result.is_err() {
+            // Not on disk, so not here either; with what was bound to it meanwhile.
+            let mut removed = Removed::default();
+            self.remove_exchange(&mut meta, &name, &mut removed);
+            let mut changes = self.apply_removed(&meta, &removed);
+            changes.push(VHostChange::DeleteExchange { name });
+            drop(self.submit(changes));
+        }
+        result
+    }
+
+    /// The completion to wait for, and the name when this declaration made the exchange
+    /// (`None` when it exists and is not on its way to disk).
+    fn start_declare_exchange(
+        &self,
+        req: ExchangeDeclare,
+    ) -> Result<Option<PendingDeclare>, BrokerError> {
         check_name("exchange", &req.name)?;
         // Before any lookup, passive too, as RabbitMQ's `check_not_default_exchange`.
         check_not_default_exchange(&req.name)?;
         let mut meta = self.meta.lock();
         if let Some(existing) = meta.exchanges.get(req.name.as_str()) {
-            if req.passive {
-                return Ok(());
+            if !req.passive {
+                check_equivalent_exchange(existing, &req)?;
             }
-            return check_equivalent_exchange(existing, &req);
+            let pending = meta.pending.get(&Pending::Exchange(existing.name.clone()));
+            return Ok(pending.map(|completion| (completion.clone(), None)));
         }
         if req.passive {
             return Err(self.no_exchange(&req.name));
         }
+        let def = self.check_new_exchange(req)?;
+        let name = def.name.clone();
+        let durable = def.durable;
+        self.update_snapshot(|current| {
+            current.with_exchange(self.routed(&def), std::iter::empty::<&Binding>())
+        });
+        meta.exchanges.insert(name.clone(), def.clone());
+        if !durable {
+            return Ok(None);
+        }
+        let completion = self.submit(vec![VHostChange::PutExchange { exchange: def }]);
+        meta.pending
+            .insert(Pending::Exchange(name.clone()), completion.clone());
+        Ok(Some((completion, Some(name))))
+    }
+
+    /// A new exchange's definition, once its name, type and arguments are valid.
+    fn check_new_exchange(&self, req: ExchangeDeclare) -> Result<ExchangeDef, BrokerError> {
         if req.name.starts_with("amq.") {
             return Err(BrokerError::access_refused(format!(
                 "exchange name '{}' contains reserved prefix 'amq.*'",
@@ -38,51 +98,65 @@ impl VHost {
         if kind == ExchangeType::ConsistentHash {
             HashOn::from_arguments(&req.arguments)?;
         }
-        let def = self.exchange_def(
+        Ok(self.exchange_def(
             &req.name,
             kind,
             req.durable,
             req.auto_delete,
             req.internal,
             req.arguments,
-        );
-        let durable = def.durable;
-        meta.exchanges.insert(def.name.clone(), def);
-        self.publish_snapshot(&meta);
-        if durable {
-            self.persist(&meta)?;
-        }
-        Ok(())
+        ))
     }
 
-    pub fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<(), BrokerError> {
+    /// Deletes an exchange with its bindings. A deletion the store could not write is
+    /// answered with an error: the exchange would come back after a restart.
+    pub async fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<(), BrokerError> {
         check_exchange_deletion(name, &self.name)?;
-        let mut meta = self.meta.lock();
-        let Some(def) = meta.exchanges.get(name) else {
-            // RabbitMQ treats deleting a missing exchange as done.
-            return Ok(());
+        let completion = {
+            let mut meta = self.meta.lock();
+            let Some(def) = meta.exchanges.get(name) else {
+                // RabbitMQ treats deleting a missing exchange as done.
+                return Ok(());
+            };
+            if if_unused && meta.bindings.has_source(name) {
+                return Err(BrokerError::precondition_failed(format!(
+                    "{} in use",
+                    def.resource()
+                )));
+            }
+            self.exchange_stats.forget(name);
+            let mut removed = Removed::default();
+            self.remove_exchange(&mut meta, name, &mut removed);
+            let changes = self.apply_removed(&meta, &removed);
+            (!changes.is_empty()).then(|| self.submit(changes))
         };
-        if if_unused && meta.bindings.iter().any(|b| &*b.source == name) {
-            return Err(BrokerError::precondition_failed(format!(
-                "{} in use",
-                def.resource()
-            )));
+        match completion {
+            Some(completion) => completion.wait().await,
+            None => Ok(()),
         }
-        let durable = def.durable;
-        meta.exchanges.remove(name);
-        self.exchange_stats.forget(name);
-        meta.bindings.retain(|b| {
-            &*b.source != name && b.destination != Destination::Exchange(Arc::from(name))
-        });
-        self.publish_snapshot(&meta);
-        if durable {
-            self.persist(&meta)?;
-        }
-        Ok(())
     }
 
-    /// Adds a binding (idempotent). `destination` names a queue or an exchange.
-    pub fn bind(
+    /// Takes an exchange and its bindings (from it and to it) out of `meta`, noting in
+    /// `removed` what the snapshot and the store must drop.
+    fn remove_exchange(&self, meta: &mut Meta, name: &str, removed: &mut Removed) {
+        let Some(def) = meta.exchanges.remove(name) else {
+            return;
+        };
+        meta.bindings.remove_source(name);
+        let sources: Vec<Arc<str>> = meta
+            .bindings
+            .remove_destination(&Destination::Exchange(def.name.clone()))
+            .into_iter()
+            .map(|b| b.source)
+            .collect();
+        removed.sources.remove(&def.name);
+        removed.exchanges.push(def);
+        self.auto_delete_exchanges(meta, &sources, removed);
+    }
+
+    /// Adds a binding (idempotent). `destination` names a queue or an exchange. Returns once
+    /// the binding is durable, when both its ends are.
+    pub async fn bind(
         &self,
         source: &str,
         destination: Destination,
@@ -90,37 +164,99 @@ impl VHost {
         arguments: Table,
         connection: ConnectionId,
     ) -> Result<(), BrokerError> {
-        let mut meta = self.meta.lock();
-        self.check_binding_ends(&meta, source, &destination, connection)?;
-        match meta.exchanges.get(source).map(|e| e.kind) {
-            Some(ExchangeType::Headers) => {
-                MatchMode::from_arguments(&arguments)?;
-            }
-            Some(ExchangeType::ConsistentHash) => {
-                hash::binding_weight(routing_key)?;
-            }
-            Some(ExchangeType::LocalRandom) => {
-                check_local_random_binding(&destination, routing_key)?
-            }
-            _ => {}
-        }
         let binding = Binding {
             source: Arc::from(source),
             destination,
             routing_key: Arc::from(routing_key),
             arguments,
         };
-        if meta.bindings.contains(&binding) {
-            return Ok(());
+        let (waits, ours) = self.start_bind(&binding, connection)?;
+        match ours {
+            Some(completion) => {
+                self.finish_detached(|this| async move {
+                    this.finish_bind(binding, waits, completion).await
+                })
+                .await
+            }
+            None => wait_all(waits).await,
         }
-        meta.bindings.push(binding);
-        self.publish_snapshot(&meta);
-        self.persist(&meta)
+    }
+
+    /// Waits for a new durable binding (and its ends); takes it away again if any of them
+    /// could not be written.
+    async fn finish_bind(
+        &self,
+        binding: Binding,
+        waits: Vec<Completion>,
+        completion: Completion,
+    ) -> Result<(), BrokerError> {
+        let result = wait_all(waits).await;
+        let mut meta = self.meta.lock();
+        let key = Pending::Binding(BindingKey::of(&binding));
+        if Self::settle(&mut meta, &key, &completion)
+            && result.is_err()
+            && meta.bindings.remove(&binding)
+        {
+            self.update_snapshot(|current| {
+                current.without_binding(&binding, meta.bindings.of_source(&binding.source))
+            });
+            // Written when only an end of it failed: not to be found after a restart.
+            drop(self.submit(vec![VHostChange::DeleteBinding { binding }]));
+        }
+        result
+    }
+
+    /// Adds the binding in memory; returns what to wait for (the binding's own write, and
+    /// those of its ends if they are on their way to disk) and the own write's completion.
+    fn start_bind(
+        &self,
+        binding: &Binding,
+        connection: ConnectionId,
+    ) -> Result<(Vec<Completion>, Option<Completion>), BrokerError> {
+        let mut meta = self.meta.lock();
+        let source = &*binding.source;
+        self.check_binding_ends(&meta, source, &binding.destination, connection)?;
+        match meta.exchanges.get(source).map(|e| e.kind) {
+            Some(ExchangeType::Headers) => {
+                MatchMode::from_arguments(&binding.arguments)?;
+            }
+            Some(ExchangeType::ConsistentHash) => {
+                hash::binding_weight(&binding.routing_key)?;
+            }
+            Some(ExchangeType::LocalRandom) => {
+                check_local_random_binding(&binding.destination, &binding.routing_key)?
+            }
+            _ => {}
+        }
+        let destination = match &binding.destination {
+            Destination::Queue(name) => Pending::Queue(name.clone()),
+            Destination::Exchange(name) => Pending::Exchange(name.clone()),
+        };
+        let key = Pending::Binding(BindingKey::of(binding));
+        let mut waits: Vec<Completion> = [Pending::Exchange(binding.source.clone()), destination]
+            .iter()
+            .filter_map(|end| meta.pending.get(end).cloned())
+            .collect();
+        if !meta.bindings.insert(binding.clone()) {
+            waits.extend(meta.pending.get(&key).cloned());
+            return Ok((waits, None));
+        }
+        self.update_snapshot(|current| {
+            current.with_binding(binding, meta.bindings.of_source(source))
+        });
+        if !Self::durable_binding(&meta, binding) {
+            return Ok((waits, None));
+        }
+        let binding = binding.clone();
+        let completion = self.submit(vec![VHostChange::PutBinding { binding }]);
+        meta.pending.insert(key, completion.clone());
+        waits.push(completion.clone());
+        Ok((waits, Some(completion)))
     }
 
     /// Removes a binding; removing one that does not exist succeeds, as in RabbitMQ, also when
-    /// its source or destination no longer exists.
-    pub fn unbind(
+    /// its source or destination no longer exists. Returns once the removal is durable.
+    pub async fn unbind(
         &self,
         source: &str,
         destination: Destination,
@@ -132,27 +268,45 @@ impl VHost {
         if let Destination::Exchange(name) = &destination {
             check_not_default_exchange(name)?;
         }
-        let mut meta = self.meta.lock();
-        let matches = |b: &Binding| {
-            &*b.source == source
-                && b.destination == destination
-                && &*b.routing_key == routing_key
-                && b.arguments == arguments
+        let binding = Binding {
+            source: Arc::from(source),
+            destination,
+            routing_key: Arc::from(routing_key),
+            arguments,
         };
-        // A binding whose source or destination is gone is gone too: unbinding it (or any
-        // binding that does not exist) succeeds, as RabbitMQ's `rabbit_db_binding:delete`.
-        if !meta.bindings.iter().any(matches) {
-            return Ok(());
-        }
-        if let Destination::Queue(name) = &destination {
-            if let Some(queue) = meta.queues.get(name) {
-                check_exclusive(queue, connection)?;
+        let completion = {
+            let mut meta = self.meta.lock();
+            // A binding whose source or destination is gone is gone too: unbinding it (or any
+            // binding that does not exist) succeeds, as RabbitMQ's `rabbit_db_binding:delete`.
+            if !meta.bindings.contains(&binding) {
+                return Ok(());
             }
+            if let Destination::Queue(name) = &binding.destination {
+                if let Some(queue) = meta.queues.get(name) {
+                    check_exclusive(queue, connection)?;
+                }
+            }
+            let durable = Self::durable_binding(&meta, &binding);
+            meta.bindings.remove(&binding);
+            self.update_snapshot(|current| {
+                current.without_binding(&binding, meta.bindings.of_source(source))
+            });
+            let mut removed = Removed::default();
+            self.auto_delete_exchanges(
+                &mut meta,
+                std::slice::from_ref(&binding.source),
+                &mut removed,
+            );
+            let mut changes = self.apply_removed(&meta, &removed);
+            if durable {
+                changes.insert(0, VHostChange::DeleteBinding { binding });
+            }
+            (!changes.is_empty()).then(|| self.submit(changes))
+        };
+        match completion {
+            Some(completion) => completion.wait().await,
+            None => Ok(()),
         }
-        meta.bindings.retain(|b| !matches(b));
-        self.auto_delete_exchanges(&mut meta, &[Arc::from(source)]);
-        self.publish_snapshot(&meta);
-        self.persist(&meta)
     }
 
     fn check_binding_ends(
@@ -183,25 +337,38 @@ impl VHost {
         Ok(())
     }
 
-    /// Deletes auto-delete exchanges among `sources` that have no bindings left.
-    pub(super) fn auto_delete_exchanges(&self, meta: &mut Meta, sources: &[Arc<str>]) {
+    /// Deletes auto-delete exchanges among `sources` that have no bindings left; every source
+    /// that stays is noted in `removed.sources` (its table changed).
+    pub(super) fn auto_delete_exchanges(
+        &self,
+        meta: &mut Meta,
+        sources: &[Arc<str>],
+        removed: &mut Removed,
+    ) {
         for source in sources {
-            let unused = !meta.bindings.iter().any(|b| &b.source == source);
+            let unused = !meta.bindings.has_source(source);
             let auto = meta.exchanges.get(source).is_some_and(|e| e.auto_delete);
             if unused && auto {
-                meta.exchanges.remove(source);
-                let gone = Destination::Exchange(source.clone());
-                let orphaned: Vec<Arc<str>> = meta
-                    .bindings
-                    .iter()
-                    .filter(|b| b.destination == gone)
-                    .map(|b| b.source.clone())
-                    .collect();
-                meta.bindings.retain(|b| b.destination != gone);
-                self.auto_delete_exchanges(meta, &orphaned);
+                self.remove_exchange(meta, source, removed);
+            } else if meta.exchanges.contains_key(source) {
+                removed.sources.insert(source.clone());
             }
         }
     }
+}
+
+/// A declaration's completion, and the exchange's name when this declaration made it.
+type PendingDeclare = (Completion, Option<Arc<str>>);
+
+/// Waits for every completion; the first error, if any.
+async fn wait_all(completions: Vec<Completion>) -> Result<(), BrokerError> {
+    let mut result = Ok(());
+    for completion in completions {
+        if let Err(error) = completion.wait().await {
+            result = result.and(Err(error));
+        }
+    }
+    result
 }
 
 /// As RabbitMQ 4.0: only queues may be bound to a local-random exchange, with an empty key

@@ -47,7 +47,7 @@ impl VHost {
         self.policies.store(Arc::new(policies));
         let queues: Vec<QueueHandle> = {
             let meta = self.meta.lock();
-            self.publish_snapshot(&meta);
+            self.publish_full_snapshot(&meta);
             meta.queues.values().cloned().collect()
         };
         for queue in queues {
@@ -122,10 +122,13 @@ impl VHost {
                     reply,
                 })
                 .await;
-            self.forget_queue(queue.name());
+            drop(self.forget_queue(queue.name()));
         }
-        if let Err(error) = definitions::remove(&self.definitions_path) {
-            tracing::warn!(vhost = %self.name, %error, "cannot remove the definitions file");
+        let drop_all = Change::DropVHost {
+            vhost: self.name.clone(),
+        };
+        if let Err(error) = self.metadata.submit(vec![drop_all]).wait().await {
+            tracing::warn!(vhost = %self.name, %error, "cannot remove the definitions");
         }
     }
 }

@@ -7,14 +7,46 @@ use super::*;
 use crate::queue::queue_type::QueueType;
 use crate::value::Table;
 
+/// Where a queue declaration stands once `meta` is let go.
+enum Declared {
+    /// Answered now (it existed, or is not durable).
+    Done(QueueHandle),
+    /// It exists, but its declaration is still on its way to disk: answer once it is there.
+    Wait(QueueHandle, Completion),
+    /// Declared here and on its way to disk: answer once it is there, or roll back.
+    Writing(QueueHandle, Completion),
+}
+
 impl VHost {
-    /// Declares (or passively checks) a queue; returns its handle. An empty name asks for a
-    /// server-named queue (`amq.gen-…`).
-    pub fn declare_queue(
+    /// Declares (or passively checks) a queue; returns its handle once it is durable (when it
+    /// is durable). An empty name asks for a server-named queue (`amq.gen-…`).
+    pub async fn declare_queue(
+        &self,
+        req: QueueDeclare,
+        connection: ConnectionId,
+    ) -> Result<QueueHandle, BrokerError> {
+        match self.start_declare_queue(req, connection)? {
+            Declared::Done(handle) => Ok(handle),
+            Declared::Wait(handle, completion) => {
+                completion.wait().await?;
+                Ok(handle)
+            }
+            Declared::Writing(handle, completion) => {
+                let queue = handle.clone();
+                self.finish_detached(|this| async move {
+                    this.finish_declare_queue(&queue, completion).await
+                })
+                .await?;
+                Ok(handle)
+            }
+        }
+    }
+
+    fn start_declare_queue(
         &self,
         mut req: QueueDeclare,
         connection: ConnectionId,
-    ) -> Result<QueueHandle, BrokerError> {
+    ) -> Result<Declared, BrokerError> {
         check_name("queue", &req.name)?;
         let mut meta = self.meta.lock();
         if let Some(existing) = meta.queues.get(req.name.as_str()) {
@@ -29,7 +61,11 @@ impl VHost {
                 }
                 check_equivalent_queue(existing.def(), &req)?;
             }
-            return Ok(existing.clone());
+            let pending = meta.pending.get(&Pending::Queue(existing.name().clone()));
+            return Ok(match pending {
+                Some(completion) => Declared::Wait(existing.clone(), completion.clone()),
+                None => Declared::Done(existing.clone()),
+            });
         }
         if req.passive {
             return Err(self.no_queue(&req.name));
@@ -53,14 +89,55 @@ impl VHost {
         let kind = QueueType::check_declare(&def)?;
         self.check_queue_limit(&def.name, meta.queues.len())?;
         let args = self.effective_args(&def)?;
-        let persistent = def.durable && def.exclusive_owner.is_none();
+        let record = is_durable(&def).then(|| queue_record(&def));
         let handle = self.spawn_queue(kind, def, args, None);
         meta.queues.insert(handle.name().clone(), handle.clone());
-        self.publish_snapshot(&meta);
-        if persistent {
-            self.persist(&meta)?;
+        self.update_snapshot(|current| current.with_queue(&handle));
+        let Some(queue) = record else {
+            return Ok(Declared::Done(handle));
+        };
+        let completion = self.submit(vec![VHostChange::PutQueue { queue }]);
+        let key = Pending::Queue(handle.name().clone());
+        meta.pending.insert(key, completion.clone());
+        Ok(Declared::Writing(handle, completion))
+    }
+
+    /// Waits until a new durable queue is on disk; when it could not be written, takes it
+    /// away again (with any binding made to it meanwhile) and stops it.
+    async fn finish_declare_queue(
+        &self,
+        handle: &QueueHandle,
+        completion: Completion,
+    ) -> Result<(), BrokerError> {
+        let result = completion.clone().wait().await;
+        let name = handle.name().clone();
+        let rolled_back = {
+            let mut meta = self.meta.lock();
+            Self::settle(&mut meta, &Pending::Queue(name.clone()), &completion);
+            let ours = meta.queues.get(&name).is_some_and(|q| q.same(handle));
+            if result.is_err() && ours {
+                let (removed, mut changes) = self.remove_queue(&mut meta, &name);
+                // Bindings to it that were written meanwhile go with it.
+                changes.push(VHostChange::DeleteQueue { name: name.clone() });
+                drop(self.submit(changes));
+                debug_assert!(removed);
+            }
+            result.is_err() && ours
+        };
+        if rolled_back {
+            tracing::warn!(
+                "{} was not declared: its definition could not be written",
+                handle.def().resource()
+            );
+            let _ = handle
+                .request(|reply| QueueCmd::Delete {
+                    if_unused: false,
+                    if_empty: false,
+                    reply,
+                })
+                .await;
         }
-        Ok(handle)
+        result
     }
 
     /// The private queue behind direct reply-to (`amq.rabbitmq.reply-to`): exclusive to the
@@ -80,7 +157,7 @@ impl VHost {
         let mut meta = self.meta.lock();
         let handle = self.spawn_queue(QueueType::Classic, def, QueueArgs::default(), None);
         meta.queues.insert(handle.name().clone(), handle.clone());
-        self.publish_snapshot(&meta);
+        self.update_snapshot(|current| current.with_queue(&handle));
         Ok(handle)
     }
 
@@ -103,6 +180,8 @@ impl VHost {
     }
 
     /// Deletes a queue once it agrees (`if_unused`, `if_empty`); returns the messages it held.
+    /// A deletion the store could not write is answered with an error: the queue (empty)
+    /// would come back after a restart, which the client must learn.
     pub async fn delete_queue(
         &self,
         name: &str,
@@ -118,30 +197,54 @@ impl VHost {
                 reply,
             })
             .await??;
-        self.forget_queue(name);
+        if let Some(completion) = self.forget_queue(name) {
+            completion.wait().await?;
+        }
         Ok(count)
     }
 
-    /// Drops a stopped queue's record and bindings (deleted, auto-deleted, exclusive owner gone).
-    pub fn forget_queue(&self, name: &str) {
+    /// Drops a stopped queue's record and bindings (deleted, auto-deleted, exclusive owner
+    /// gone). Returns the store's completion when the queue was durable (nothing waits for
+    /// it when the queue went by itself; the store logs a failure).
+    pub fn forget_queue(&self, name: &str) -> Option<Completion> {
         let mut meta = self.meta.lock();
+        let durable = meta.queues.get(name).is_some_and(|q| is_durable(q.def()));
+        let (removed, mut changes) = self.remove_queue(&mut meta, name);
+        if !removed {
+            return None;
+        }
+        if durable {
+            changes.insert(
+                0,
+                VHostChange::DeleteQueue {
+                    name: Arc::from(name),
+                },
+            );
+        }
+        (!changes.is_empty()).then(|| self.submit(changes))
+    }
+
+    /// Takes a queue and its bindings out of `meta` and the snapshot, with the auto-delete
+    /// exchanges that are left unused; whether it was there, and the store changes for the
+    /// exchanges that went with it.
+    fn remove_queue(&self, meta: &mut Meta, name: &str) -> (bool, Vec<VHostChange>) {
         let Some(queue) = meta.queues.remove(name) else {
-            return;
+            return (false, Vec::new());
         };
         let gone = Destination::Queue(queue.name().clone());
+        let mut removed = Removed {
+            queues: vec![queue.name().clone()],
+            ..Removed::default()
+        };
         let sources: Vec<Arc<str>> = meta
             .bindings
-            .iter()
-            .filter(|b| b.destination == gone)
-            .map(|b| b.source.clone())
+            .remove_destination(&gone)
+            .into_iter()
+            .map(|b| b.source)
             .collect();
-        meta.bindings.retain(|b| b.destination != gone);
-        self.auto_delete_exchanges(&mut meta, &sources);
-        self.publish_snapshot(&meta);
-        if queue.def().durable {
-            // Logged inside; the queue is gone either way.
-            let _ = self.persist(&meta);
-        }
+        self.auto_delete_exchanges(meta, &sources, &mut removed);
+        let changes = self.apply_removed(meta, &removed);
+        (true, changes)
     }
 
     /// Exclusive queues of a closing connection.

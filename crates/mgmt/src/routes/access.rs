@@ -145,12 +145,14 @@ pub async fn put_user(
             "Must specify either password or password_hash",
         ));
     }
-    access.put_user(
-        &name,
-        password.as_deref(),
-        hash.as_deref().map(|h| (h, algorithm)),
-        tags_field(&body)?,
-    )?;
+    access
+        .put_user(
+            &name,
+            password.as_deref(),
+            hash.as_deref().map(|h| (h, algorithm)),
+            tags_field(&body)?,
+        )
+        .await?;
     Ok(created(existed))
 }
 
@@ -160,7 +162,7 @@ pub async fn delete_user(
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     require(&auth, ADMINISTRATOR)?;
-    state.broker.access().delete_user(&name)?;
+    state.broker.access().delete_user(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -264,24 +266,28 @@ pub async fn put_vhost(
         tags: tags_field(&body)?,
         default_queue_type: string_field(&body, "default_queue_type")?,
     };
-    state.broker.add_vhost(&name, metadata)?;
+    state.broker.add_vhost(&name, metadata).await?;
     if !existed {
-        grant_full_permissions(&state, &auth, &name)?;
+        grant_full_permissions(&state, &auth, &name).await?;
     }
     Ok(created(existed))
 }
 
 /// The user who creates a vhost gets full permissions in it, as RabbitMQ's `put_vhost`
 /// (`maybe_grant_full_permissions`) does: resource permissions bind administrators too.
-fn grant_full_permissions(state: &ApiState, auth: &AuthUser, vhost: &str) -> ApiResult<()> {
+async fn grant_full_permissions(state: &ApiState, auth: &AuthUser, vhost: &str) -> ApiResult<()> {
     let all = || ".*".to_string();
-    state.broker.access().set_permissions(PermissionDef {
-        user: auth.name.clone(),
-        vhost: vhost.to_string(),
-        configure: all(),
-        write: all(),
-        read: all(),
-    })?;
+    state
+        .broker
+        .access()
+        .set_permissions(PermissionDef {
+            user: auth.name.clone(),
+            vhost: vhost.to_string(),
+            configure: all(),
+            write: all(),
+            read: all(),
+        })
+        .await?;
     Ok(())
 }
 
@@ -383,13 +389,15 @@ pub async fn put_permission(
         .permissions()
         .iter()
         .any(|p| p.vhost == vhost && p.user == user);
-    access.set_permissions(PermissionDef {
-        configure: field("configure")?,
-        write: field("write")?,
-        read: field("read")?,
-        user,
-        vhost,
-    })?;
+    access
+        .set_permissions(PermissionDef {
+            configure: field("configure")?,
+            write: field("write")?,
+            read: field("read")?,
+            user,
+            vhost,
+        })
+        .await?;
     Ok(created(existed))
 }
 
@@ -399,7 +407,11 @@ pub async fn delete_permission(
     Path((vhost, user)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     require(&auth, ADMINISTRATOR)?;
-    state.broker.access().clear_permissions(&user, &vhost)?;
+    state
+        .broker
+        .access()
+        .clear_permissions(&user, &vhost)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -463,7 +475,8 @@ pub async fn put_topic_permission(
             read: field("read")?,
             user,
             vhost,
-        })?;
+        })
+        .await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -483,7 +496,8 @@ pub async fn delete_topic_permission(
     state
         .broker
         .access()
-        .clear_topic_permissions(&user, &vhost, param.exchange.as_deref())?;
+        .clear_topic_permissions(&user, &vhost, param.exchange.as_deref())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -497,7 +511,8 @@ pub async fn delete_topic_permission_of(
     state
         .broker
         .access()
-        .clear_topic_permissions(&user, &vhost, Some(&exchange))?;
+        .clear_topic_permissions(&user, &vhost, Some(&exchange))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -734,7 +749,7 @@ pub async fn put_vhost_limit(
         .ok_or_else(ApiError::not_found)?
         .limits;
     set_limit(&mut limits, &name, (value >= 0).then_some(value))?;
-    state.broker.set_vhost_limits(&vhost, limits)?;
+    state.broker.set_vhost_limits(&vhost, limits).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -751,7 +766,7 @@ pub async fn delete_vhost_limit(
         .ok_or_else(ApiError::not_found)?
         .limits;
     set_limit(&mut limits, &name, None)?;
-    state.broker.set_vhost_limits(&vhost, limits)?;
+    state.broker.set_vhost_limits(&vhost, limits).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -257,6 +257,7 @@ pub async fn create(
             arguments,
             API_CONNECTION,
         )
+        .await
         .map_err(|error| permit.refusal(error))?;
     let location = utf8_percent_encode(&key, NON_ALPHANUMERIC).to_string();
     Ok((StatusCode::CREATED, [(header::LOCATION, location)]).into_response())
@@ -315,6 +316,7 @@ pub async fn delete(
             binding.arguments,
             API_CONNECTION,
         )
+        .await
         .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }

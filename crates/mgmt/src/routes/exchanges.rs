@@ -157,6 +157,7 @@ pub async fn declare(
             internal: flag(&body, "internal", false)?,
             arguments,
         })
+        .await
         .map_err(|error| permit.refusal(error))?;
     Ok(if existed {
         StatusCode::NO_CONTENT
@@ -181,6 +182,7 @@ pub async fn delete(
     let if_unused = params.get("if-unused").is_some_and(|v| v == "true");
     vhost
         .delete_exchange(name, if_unused)
+        .await
         .map_err(|error| permit.refusal(error))?;
     Ok(StatusCode::NO_CONTENT)
 }

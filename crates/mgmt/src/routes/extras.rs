@@ -40,7 +40,7 @@ pub async fn bulk_delete_users(
     let access = state.broker.access();
     for name in names {
         if access.user(name).is_some() {
-            access.delete_user(name)?;
+            access.delete_user(name).await?;
         }
     }
     Ok(StatusCode::NO_CONTENT)

@@ -142,6 +142,7 @@ pub async fn declare(
             },
             API_CONNECTION,
         )
+        .await
         .map_err(|error| permit.refusal(error))?;
     Ok(if existed {
         StatusCode::NO_CONTENT
@@ -324,17 +325,19 @@ pub(crate) async fn aliveness(
     permit.check(Perm::Configure, ResourceKind::Queue, QUEUE)?;
     permit.check(Perm::Write, ResourceKind::Exchange, "")?;
     permit.check(Perm::Read, ResourceKind::Queue, QUEUE)?;
-    let queue = vhost.declare_queue(
-        QueueDeclare {
-            name: QUEUE.into(),
-            passive: false,
-            durable: false,
-            exclusive: false,
-            auto_delete: false,
-            arguments: Default::default(),
-        },
-        API_CONNECTION,
-    )?;
+    let queue = vhost
+        .declare_queue(
+            QueueDeclare {
+                name: QUEUE.into(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: Default::default(),
+            },
+            API_CONNECTION,
+        )
+        .await?;
     let properties = Bytes::from_static(&[0, 0]);
     super::exchanges::publish_message(
         state.broker.registry().counters(),

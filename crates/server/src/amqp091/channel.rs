@@ -220,7 +220,7 @@ impl Connection {
             Method::ExchangeDeclare(_)
             | Method::ExchangeDelete(_)
             | Method::ExchangeBind(_)
-            | Method::ExchangeUnbind(_) => self.on_exchange_method(id, method, cause),
+            | Method::ExchangeUnbind(_) => self.on_exchange_method(id, method, cause).await,
             Method::QueueDeclare(_)
             | Method::QueueBind(_)
             | Method::QueueUnbind(_)
@@ -230,7 +230,12 @@ impl Connection {
         }
     }
 
-    fn on_exchange_method(&mut self, id: u16, method: Method, cause: Cause) -> Result<(), Fault> {
+    async fn on_exchange_method(
+        &mut self,
+        id: u16,
+        method: Method,
+        cause: Cause,
+    ) -> Result<(), Fault> {
         let vhost = self.vhost();
         let fail = |error| Fault::broker(id, error, cause);
         let (nowait, reply) = match method {
@@ -261,6 +266,7 @@ impl Connection {
                         internal: m.internal,
                         arguments: table_to_core(&m.arguments),
                     })
+                    .await
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeDeclareOk(Default::default()))
             }
@@ -270,18 +276,21 @@ impl Connection {
                     .map_err(fail)?;
                 vhost
                     .delete_exchange(m.exchange.as_str(), m.if_unused)
+                    .await
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeDeleteOk(Default::default()))
             }
             Method::ExchangeBind(m) => {
                 let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
                 self.change_binding(true, &m.source, destination, &m.routing_key, &m.arguments)
+                    .await
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeBindOk(Default::default()))
             }
             Method::ExchangeUnbind(m) => {
                 let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
                 self.change_binding(false, &m.source, destination, &m.routing_key, &m.arguments)
+                    .await
                     .map_err(fail)?;
                 (m.nowait, Method::ExchangeUnbindOk(Default::default()))
             }
@@ -335,7 +344,7 @@ impl Connection {
                     auto_delete: m.auto_delete,
                     arguments: table_to_core(&m.arguments),
                 };
-                let queue = vhost.declare_queue(request, self.id).map_err(fail)?;
+                let queue = vhost.declare_queue(request, self.id).await.map_err(fail)?;
                 let info = if m.nowait {
                     Default::default()
                 } else {
@@ -351,6 +360,7 @@ impl Connection {
             Method::QueueBind(m) => {
                 let destination = Destination::Queue(Arc::from(m.queue.as_str()));
                 self.change_binding(true, &m.exchange, destination, &m.routing_key, &m.arguments)
+                    .await
                     .map_err(fail)?;
                 (m.nowait, Method::QueueBindOk(Default::default()))
             }
@@ -363,6 +373,7 @@ impl Connection {
                     &m.routing_key,
                     &m.arguments,
                 )
+                .await
                 .map_err(fail)?;
                 (false, Method::QueueUnbindOk(Default::default()))
             }
@@ -405,7 +416,7 @@ impl Connection {
     }
 
     /// exchange.bind / unbind and queue.bind / unbind: one change to the vhost's bindings.
-    fn change_binding(
+    async fn change_binding(
         &self,
         bind: bool,
         source: &ShortStr,
@@ -429,9 +440,13 @@ impl Connection {
         let routing_key = routing_key.as_str();
         let arguments = table_to_core(arguments);
         if bind {
-            vhost.bind(source, destination, routing_key, arguments, self.id)
+            vhost
+                .bind(source, destination, routing_key, arguments, self.id)
+                .await
         } else {
-            vhost.unbind(source, destination, routing_key, arguments, self.id)
+            vhost
+                .unbind(source, destination, routing_key, arguments, self.id)
+                .await
         }
     }
 

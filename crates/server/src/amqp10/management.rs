@@ -103,13 +103,16 @@ impl Connection {
                     )
                 })
             }
-            ("PUT", ["exchanges", exchange]) => self.declare_exchange(exchange, &body),
-            ("DELETE", ["exchanges", exchange]) => self
-                .permit(Perm::Configure, ResourceKind::Exchange, exchange)
-                .and_then(|()| self.vhost().delete_exchange(exchange, false))
-                .map(|()| (204, Value::Null)),
-            ("POST", ["bindings"]) => self.bind(&body),
-            ("DELETE", ["bindings", spec]) => self.unbind(spec),
+            ("PUT", ["exchanges", exchange]) => self.declare_exchange(exchange, &body).await,
+            ("DELETE", ["exchanges", exchange]) => {
+                match self.permit(Perm::Configure, ResourceKind::Exchange, exchange) {
+                    Ok(()) => self.vhost().delete_exchange(exchange, false).await,
+                    Err(error) => Err(error),
+                }
+                .map(|()| (204, Value::Null))
+            }
+            ("POST", ["bindings"]) => self.bind(&body).await,
+            ("DELETE", ["bindings", spec]) => self.unbind(spec).await,
             _ => Ok((
                 400,
                 Value::string(&format!("unsupported request {method} {path}")),
@@ -134,7 +137,7 @@ impl Connection {
             arguments: field(body, "arguments").map(table).unwrap_or_default(),
         };
         self.permit(Perm::Configure, ResourceKind::Queue, name)?;
-        self.vhost().declare_queue(request, self.id)?;
+        self.vhost().declare_queue(request, self.id).await?;
         self.queue_info(name).await
     }
 
@@ -162,7 +165,7 @@ impl Connection {
         ))
     }
 
-    fn declare_exchange(&self, name: &str, body: &Value) -> Result<Response, BrokerError> {
+    async fn declare_exchange(&self, name: &str, body: &Value) -> Result<Response, BrokerError> {
         let request = ExchangeDeclare {
             name: name.to_owned(),
             kind: field(body, "type")
@@ -182,11 +185,11 @@ impl Connection {
             arguments: field(body, "arguments").map(table).unwrap_or_default(),
         };
         self.permit(Perm::Configure, ResourceKind::Exchange, name)?;
-        self.vhost().declare_exchange(request)?;
+        self.vhost().declare_exchange(request).await?;
         Ok((204, Value::Null))
     }
 
-    fn bind(&self, body: &Value) -> Result<Response, BrokerError> {
+    async fn bind(&self, body: &Value) -> Result<Response, BrokerError> {
         let text = |key| field(body, key).and_then(Value::as_str).map(str::to_owned);
         let source = text("source").unwrap_or_default();
         let destination = match (text("destination_queue"), text("destination_exchange")) {
@@ -203,12 +206,13 @@ impl Connection {
         let arguments = field(body, "arguments").map(table).unwrap_or_default();
         self.permit_binding(&source, &destination)?;
         self.vhost()
-            .bind(&source, destination, &key, arguments, self.id)?;
+            .bind(&source, destination, &key, arguments, self.id)
+            .await?;
         Ok((204, Value::Null))
     }
 
     /// `src=:s;dstq=:q;key=:k;args=` (or `dste=:e`); binding arguments are not matched.
-    fn unbind(&self, spec: &str) -> Result<Response, BrokerError> {
+    async fn unbind(&self, spec: &str) -> Result<Response, BrokerError> {
         let mut source = String::new();
         let mut destination = None;
         let mut key = String::new();
@@ -231,7 +235,8 @@ impl Connection {
         };
         self.permit_binding(&source, &destination)?;
         self.vhost()
-            .unbind(&source, destination, &key, Table::default(), self.id)?;
+            .unbind(&source, destination, &key, Table::default(), self.id)
+            .await?;
         Ok((204, Value::Null))
     }
 }
