@@ -16,37 +16,39 @@ use tokio::sync::oneshot;
 
 use crate::consumer::{Event, Outbox};
 
-/// A batch of publishes as a queue holds it until it settles it (see the module doc).
+/// A batch of publishes as a queue holds it until it settles it (see the module doc). One
+/// pointer wide: publishing futures hold it across their awaits, and every connection's
+/// future is as large as its largest await.
 #[derive(Clone)]
-pub struct ConfirmTicket {
+pub struct ConfirmTicket(Arc<Ticket>);
+
+struct Ticket {
     id: u64,
     outbox: Arc<Outbox>,
 }
 
 impl std::fmt::Debug for ConfirmTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConfirmTicket({})", self.id)
+        write!(f, "ConfirmTicket({})", self.0.id)
     }
 }
 
 impl ConfirmTicket {
     pub fn id(&self) -> u64 {
-        self.id
+        self.0.id
     }
 
     /// This queue has the ticket's messages safe under its durability contract (`ok`), or can
     /// never have them (`!ok`: the publisher nacks). Called once per queue that took it.
     pub fn settle(&self, ok: bool) {
-        self.outbox.push(Event::Settled {
-            ticket: self.id,
-            ok,
-        });
+        let ticket = self.0.id;
+        self.0.outbox.push(Event::Settled { ticket, ok });
     }
 
     /// Some of the ticket's messages were refused: the publisher nacks those (`tags` are
     /// the publisher's), and acks the rest once the ticket completes. Sent before `settle`.
     pub fn reject(&self, tags: Vec<u64>) {
-        self.outbox.push(Event::PublishRejected { tags });
+        self.0.outbox.push(Event::PublishRejected { tags });
     }
 }
 
@@ -82,24 +84,24 @@ impl ConfirmWaits {
         };
         let previous = self.open.insert(self.next_id, wait);
         debug_assert!(previous.is_none(), "invariant: ticket ids are never reused");
-        ConfirmTicket {
+        ConfirmTicket(Arc::new(Ticket {
             id: self.next_id,
             outbox: outbox.clone(),
-        }
+        }))
     }
 
     /// A queue is about to take the ticket: one more settlement to wait for.
     pub fn hold(&mut self, ticket: &ConfirmTicket) {
         let wait = self
             .open
-            .get_mut(&ticket.id)
+            .get_mut(&ticket.id())
             .expect("invariant: a ticket is held only while its maker holds it");
         wait.holders += 1;
     }
 
     /// The maker is done handing the ticket out; `Some(ok)` when that completes it.
     pub fn release(&mut self, ticket: ConfirmTicket) -> Option<bool> {
-        self.settled(ticket.id, true)
+        self.settled(ticket.id(), true)
     }
 
     /// A queue settled `ticket` (`Event::Settled`); `Some(ok)` when it was the last one.

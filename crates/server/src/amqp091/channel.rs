@@ -220,12 +220,16 @@ impl Connection {
             Method::ExchangeDeclare(_)
             | Method::ExchangeDelete(_)
             | Method::ExchangeBind(_)
-            | Method::ExchangeUnbind(_) => self.on_exchange_method(id, method, cause).await,
+            // Boxed: topology changes wait for the metadata store, and the connection future,
+            // which every idle connection holds, is as large as its largest await.
+            | Method::ExchangeUnbind(_) => {
+                Box::pin(self.on_exchange_method(id, method, cause)).await
+            }
             Method::QueueDeclare(_)
             | Method::QueueBind(_)
             | Method::QueueUnbind(_)
             | Method::QueuePurge(_)
-            | Method::QueueDelete(_) => self.on_queue_method(id, method, cause).await,
+            | Method::QueueDelete(_) => Box::pin(self.on_queue_method(id, method, cause)).await,
             other => self.on_basic_method(id, other, cause).await,
         }
     }

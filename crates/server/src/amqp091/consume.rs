@@ -214,7 +214,7 @@ impl Connection {
                 if channel.tx.is_none() {
                     return Err(precondition("channel is not transactional"));
                 }
-                if !self.tx_commit(id).await {
+                if !Box::pin(self.tx_commit(id)).await {
                     return Err(Fault::new(
                         id,
                         reply_code::INTERNAL_ERROR,
