@@ -341,8 +341,9 @@ print_ratios() {
 # check_durable NAME LOAD_ARGS...: after the run, with the broker still up, checks
 # that every queue the tool was asked to declare durable (durable_queues_expected) is
 # durable there. RabbitMQ: rabbitmqctl list_queues name durable. Warren: the queue is in
-# its durable definitions, <data-dir>/definitions/vhost-2f.json for vhost "/" (Warren
-# writes only durable, non-exclusive queues there).
+# its durable definitions for vhost "/": <data-dir>/definitions/vhost-2f.json and the
+# changes journalled after it in vhost-2f.journal (Warren writes only durable,
+# non-exclusive queues there).
 check_durable() {
   local name="$1"
   shift
@@ -357,10 +358,36 @@ check_durable() {
       return 1
     }
   else
-    local file="$warren_data_dir/definitions/vhost-2f.json"
-    durable="$(python3 -c 'import json, sys
-for q in json.load(open(sys.argv[1]))["queues"]: print(q["name"])' "$file" 2>&1)" || {
-      echo "warren: cannot read durable queues from $file: $durable"
+    local dir="$warren_data_dir/definitions"
+    durable="$(python3 - "$dir" <<'PY' 2>&1
+import json, os, struct, sys
+# vhost "/": the snapshot vhost-2f.json, then the changes its journal vhost-2f.journal holds
+# ("WMDJ", u32 version, then records of [u32 length][u32 crc32c][JSON change]).
+snapshot = os.path.join(sys.argv[1], "vhost-2f.json")
+journal = os.path.join(sys.argv[1], "vhost-2f.journal")
+if not (os.path.exists(snapshot) or os.path.exists(journal)):
+    sys.exit(f"neither {snapshot} nor {journal} exists")
+names = set()
+if os.path.exists(snapshot):
+    names = {q["name"] for q in json.load(open(snapshot))["queues"]}
+if os.path.exists(journal):
+    data = open(journal, "rb").read()
+    offset = 8
+    while offset + 8 <= len(data):
+        length, _crc = struct.unpack_from("<II", data, offset)
+        payload = data[offset + 8:offset + 8 + length]
+        if len(payload) < length:
+            break  # a torn tail: never acknowledged
+        change = json.loads(payload)
+        if change["op"] == "put_queue":
+            names.add(change["queue"]["name"])
+        elif change["op"] == "delete_queue":
+            names.discard(change["name"])
+        offset += 8 + length
+print("\n".join(sorted(names)))
+PY
+)" || {
+      echo "warren: cannot read durable queues from $dir: $durable"
       return 1
     }
   fi
