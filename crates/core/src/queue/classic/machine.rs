@@ -121,8 +121,6 @@ pub struct ClassicQueue {
     /// Publishes accepted in the queue's order and not yet run (`InlinePublish::try_accept`):
     /// the next turn, whoever runs it, takes them before any command.
     pub(super) accepted: Vec<PublishBatch>,
-    /// Tickets whose messages this turn took in memory: settled when the turn ends.
-    settled: Vec<ConfirmTicket>,
     /// What this turn asks the driver to do (`take_actions`).
     actions: Vec<Action>,
 }
@@ -154,7 +152,6 @@ impl ClassicQueue {
             read_ahead: FxHashMap::default(),
             totals: QueueStatsSnapshot::default(),
             accepted: Vec::new(),
-            settled: Vec::new(),
             actions: Vec::new(),
         }
     }
@@ -423,7 +420,7 @@ impl ClassicQueue {
                     .on_durable(Box::new(move |ok| ticket.settle(ok)));
             }
             // In the queue's order in memory: safe as a transient message is.
-            _ => self.settled.push(ticket),
+            _ => self.actions.push(Action::Settle { ticket, ok: true }),
         }
     }
 
@@ -916,9 +913,6 @@ impl ClassicQueue {
         self.settle_ready_now();
         self.mark_delivered();
         self.flush_staged();
-        for ticket in self.settled.drain(..) {
-            self.actions.push(Action::Settle { ticket, ok: true });
-        }
         self.forwarder.flush();
         self.ready.shrink();
         if self.state == State::Running {
