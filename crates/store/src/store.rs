@@ -243,15 +243,13 @@ impl Store {
                 (end_offset - start) as u64,
                 self.0.segment_bytes,
             )?;
-            writer
-                .file
-                .write_all_at(&batch.buf[start..end_offset], base)?;
+            batch.write_at(&writer.file, start..end_offset, base)?;
             writer.len += (end_offset - start) as u64;
             let segment = writer.active;
             let mut offset = start;
             for &(record_end, enqueue) in &batch.records[record..end] {
                 let at = base as usize + (offset - start);
-                record::index_entry(&batch.buf[offset..record_end], at, &mut writer.index);
+                batch.index_entry(offset..record_end, at, &mut writer.index);
                 writer.index_records += 1;
                 if enqueue {
                     locations.push(Location::new(segment, at, record_end - offset));
@@ -275,7 +273,7 @@ impl Store {
         self.0
             .stats
             .bytes_written
-            .fetch_add(batch.buf.len() as u64, Ordering::Relaxed);
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         if !batch.waiters.is_empty() || !written.is_empty() {
             let mut sync = self.0.sync.lock();
             for (segment, file) in written {
