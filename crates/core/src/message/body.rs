@@ -89,6 +89,11 @@ impl Body {
         }
     }
 
+    /// The body copied into a `Vec` (tests and tools).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.contiguous().into_owned()
+    }
+
     fn join(&self) -> BytesMut {
         let mut joined = BytesMut::with_capacity(self.len());
         self.chunks()
