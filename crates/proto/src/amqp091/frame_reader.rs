@@ -122,6 +122,7 @@ impl FrameReader {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::panic)]
 mod tests {
     use super::*;
     use crate::amqp091::encode_body_frame;

@@ -373,7 +373,7 @@ mod tests {
         );
         let mut prefix = BytesMut::new();
         let body = to_amqp10(&message, &encoded, false, &mut prefix);
-        prefix.extend_from_slice(&body);
+        prefix.extend_from_slice(&body.to_vec());
         let back = Sections::decode(&prefix.freeze()).unwrap();
         assert_eq!(back.header.as_ref().map(|h| h.durable), Some(true));
         let p = back.properties.unwrap();
@@ -454,7 +454,7 @@ mod tests {
         for redelivered in [false, true, true] {
             let mut out = BytesMut::new();
             let body = memo.write(&message, redelivered, &mut out);
-            out.extend_from_slice(&body);
+            out.extend_from_slice(&body.to_vec());
             let back = Sections::decode(&out.freeze()).unwrap();
             assert_eq!(back.properties, sections.properties);
             assert_eq!(back.application_properties, sections.application_properties);
@@ -475,7 +475,7 @@ mod tests {
         message.format = Format::Amqp10;
         let mut out = BytesMut::new();
         let body = memo.write(&message, false, &mut out);
-        out.extend_from_slice(&body);
+        out.extend_from_slice(&body.to_vec());
         let back = Sections::decode(&out.freeze()).unwrap();
         assert_eq!(back.body, Body::Data(vec![Bytes::new()]));
         assert_eq!(back.properties, sections.properties);
