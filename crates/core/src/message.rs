@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use self::body::Body;
 pub use crate::dead_letter::{Death, DeathReason, Deaths};
+
+mod body;
 
 /// The encoding `properties` and `body` are in; only the protocols decode them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +56,8 @@ pub struct Message {
     pub routing_key: Bytes,
     /// Encoded properties, as received.
     pub properties: Bytes,
-    pub body: Bytes,
+    /// The body as it arrived: one slice per frame, never joined on the message path.
+    pub body: Body,
     /// delivery-mode 2: to be stored on disk by durable queues (the message store's job).
     pub persistent: bool,
     /// The `priority` property (0 when absent).
@@ -91,7 +95,13 @@ const STORED_EXTENDED: u8 = 2;
 
 impl Message {
     /// A plain message (no priority, no TTL, never dead-lettered).
-    pub fn new(exchange: Bytes, routing_key: Bytes, properties: Bytes, body: Bytes) -> Message {
+    pub fn new(
+        exchange: Bytes,
+        routing_key: Bytes,
+        properties: Bytes,
+        body: impl Into<Body>,
+    ) -> Message {
+        let body = body.into();
         Message {
             format: Format::Amqp091,
             exchange,
@@ -112,6 +122,16 @@ impl Message {
     /// deaths_len:u32le deaths` (see `Deaths::encode`). `deadline_ms` is the queue's
     /// expiry time of this copy (milliseconds since the epoch), kept so TTLs survive restarts.
     pub fn encode_stored(&self, out: &mut Vec<u8>, deadline_ms: Option<u64>) {
+        self.encode_stored_head(out, deadline_ms);
+        self.body
+            .chunks()
+            .iter()
+            .for_each(|c| out.extend_from_slice(c));
+    }
+
+    /// Appends what [`Message::encode_stored`] writes before the body: the body follows it
+    /// in the store as the message's own slices (a vectored write, no copy).
+    pub fn encode_stored_head(&self, out: &mut Vec<u8>, deadline_ms: Option<u64>) {
         out.push(self.format.code());
         let extended = self.priority != 0
             || self.expiration_ms.is_some()
@@ -141,7 +161,6 @@ impl Message {
         out.extend_from_slice(&self.routing_key[..self.routing_key.len().min(255)]);
         out.extend_from_slice(&(self.properties.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.properties);
-        out.extend_from_slice(&self.body);
     }
 
     /// A message read back from the store, with the deadline its queue gave it; its parts are
@@ -185,7 +204,7 @@ impl Message {
             exchange,
             routing_key,
             properties: bytes.slice(start..properties_end),
-            body: bytes.slice(properties_end..),
+            body: Body::from(bytes.slice(properties_end..)),
             persistent,
             priority,
             expiration_ms,

@@ -103,7 +103,8 @@ pub fn message_to_json(message: &Message) -> (Json, bytes::Bytes) {
         Format::Amqp091 => {
             let json = BasicProperties::decode(&message.properties)
                 .map_or_else(|_| json!({}), |p| properties_to_json(&p));
-            (json, message.body.clone())
+            // The HTTP API shows the body whole: joined here if it came in several frames.
+            (json, message.body.to_bytes())
         }
         Format::Amqp10 => {
             let (p, body) = warren_proto::convert::kept_to_amqp091(
@@ -111,7 +112,7 @@ pub fn message_to_json(message: &Message) -> (Json, bytes::Bytes) {
                 message.priority,
                 message.expiration_ms,
                 &message.properties,
-                &message.body,
+                &message.body.to_bytes(),
             );
             (properties_to_json(&p), body)
         }

@@ -54,6 +54,14 @@ pub trait LogFile: Send + Sync + fmt::Debug {
     fn path(&self) -> &Path;
     /// Writes some of `buf` at `offset`, as `pwrite`: returns how many bytes it wrote.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// Writes some of `bufs`, one after the other, at `offset`, as `pwritev`: returns how
+    /// many bytes it wrote. The default writes the first non-empty slice only.
+    fn write_vectored_at(&self, bufs: &[io::IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        match bufs.iter().find(|buf| !buf.is_empty()) {
+            Some(buf) => self.write_at(buf, offset),
+            None => Ok(0),
+        }
+    }
     /// Reads into `buf` from `offset`, as `pread`: returns how many bytes it read (0 at the
     /// end of the file).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -94,6 +102,49 @@ pub fn write_all_at(file: &dyn LogFile, buf: &[u8], offset: u64) -> Result<(), S
             file: file.path().to_path_buf(),
             offset,
             wanted: buf.len() as u64,
+            written: written as u64,
+            source: failure,
+        });
+    }
+    Ok(())
+}
+
+/// `iovec`s handed to one `pwritev` (Linux's `IOV_MAX` is 1024).
+const IOVECS_MAX: usize = 1024;
+
+/// Writes all of `bufs`, one after the other, at `offset`, in as few vectored writes as the
+/// kernel allows; a write that stops part way is a [`StoreError::ShortWrite`], as in
+/// [`write_all_at`].
+pub fn write_all_vectored_at(
+    file: &dyn LogFile,
+    bufs: &mut [io::IoSlice<'_>],
+    offset: u64,
+) -> Result<(), StoreError> {
+    let wanted: usize = bufs.iter().map(|buf| buf.len()).sum();
+    let mut bufs = bufs;
+    let mut written = 0;
+    while !bufs.is_empty() {
+        let take = bufs.len().min(IOVECS_MAX);
+        let at = offset + written as u64;
+        let failure = match file.write_vectored_at(bufs.get(..take).unwrap_or_default(), at) {
+            Ok(0) if bufs.iter().all(|buf| buf.is_empty()) => break,
+            Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "the write took no bytes"),
+            Ok(n) => {
+                debug_assert!(n <= wanted - written, "a write cannot take more than asked");
+                written += n;
+                io::IoSlice::advance_slices(&mut bufs, n);
+                continue;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => error,
+        };
+        if written == 0 {
+            return Err(StoreError::io("write", file.path(), failure));
+        }
+        return Err(StoreError::ShortWrite {
+            file: file.path().to_path_buf(),
+            offset,
+            wanted: wanted as u64,
             written: written as u64,
             source: failure,
         });
@@ -205,6 +256,10 @@ impl LogFile for FsFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.file.write_at(buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[io::IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        Ok(rustix::io::pwritev(&self.file, bufs, offset)?)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {

@@ -28,6 +28,11 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+
+use crate::error::StoreError;
+use crate::io::{write_all_vectored_at, LogFile};
+
 /// First bytes of every segment file (format version 1).
 pub const SEGMENT_MAGIC: &[u8; 8] = b"WRNSTOR1";
 /// First bytes of every index file.
@@ -39,6 +44,10 @@ pub const ENQUEUE_PREFIX_LEN: usize = 1 + 8 + 8 + 1;
 /// A payload larger than this is taken for garbage when reading (messages are capped far
 /// below it by `max_message_size`).
 pub const RECORD_PAYLOAD_MAX: usize = 1 << 30;
+
+/// Body slices at least this large are written from where they are instead of being copied
+/// into the batch (smaller ones cost less copied than as one more `iovec`).
+pub const SPLICE_BYTES_MIN: usize = 4096;
 
 const KIND_ENQUEUE: u8 = 1;
 const KIND_ACK: u8 = 2;
@@ -215,11 +224,13 @@ fn encode(out: &mut Vec<u8>, kind: u8, queue: u64, body: impl FnOnce(&mut Vec<u8
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Appends the index form of the encoded record `bytes`, which sits at `offset` of its
+/// Appends the index form of an encoded record of `len` bytes, which sits at `offset` of its
 /// segment: an enqueue becomes an `indexed` record, anything else is copied as it is.
-pub(crate) fn index_entry(bytes: &[u8], offset: usize, out: &mut Vec<u8>) {
-    let payload = &bytes[RECORD_HEADER_LEN..];
+/// `bytes` holds the record's start: all of it, or for an enqueue at least its prefix.
+fn index_entry_of(bytes: &[u8], len: usize, offset: usize, out: &mut Vec<u8>) {
+    let payload = bytes.get(RECORD_HEADER_LEN..).unwrap_or_default();
     if payload.first() != Some(&KIND_ENQUEUE) || payload.len() < ENQUEUE_PREFIX_LEN {
+        debug_assert_eq!(bytes.len(), len, "invariant: only enqueues are spliced");
         out.extend_from_slice(bytes);
         return;
     }
@@ -227,7 +238,7 @@ pub(crate) fn index_entry(bytes: &[u8], offset: usize, out: &mut Vec<u8>) {
     encode(out, KIND_INDEXED, queue, |b| {
         b.extend_from_slice(&payload[9..ENQUEUE_PREFIX_LEN]); // seq, flags
         b.extend_from_slice(&(offset as u32).to_le_bytes());
-        b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(len as u32).to_le_bytes());
     });
 }
 
@@ -264,16 +275,31 @@ pub(crate) fn index_end(records: u64, out: &mut Vec<u8>) {
     });
 }
 
+/// A body slice of a [`RecordBatch`], inserted before `buf[at]`.
+struct Splice {
+    at: usize,
+    bytes: Bytes,
+}
+
 /// Called once the records it was attached to are on disk (`true`) or can never be
 /// (`false`: the store failed; the publisher must be told no).
 pub type Waiter = Box<dyn FnOnce(bool) + Send>;
 
 /// Records one queue task writes in one go, with what the store must account for them.
+///
+/// The batch's bytes are `buf` with the `spliced` slices inserted: a large message body is
+/// not copied into `buf` but kept as the message's own slices and written after its record
+/// head by the same vectored write. Offsets of records are in those whole bytes.
 #[derive(Default)]
 pub struct RecordBatch {
     pub(crate) buf: Vec<u8>,
-    /// End offset in `buf` of each record, and whether it is an enqueue.
+    /// Body slices, in order, each inserted before `buf[at]` (after any earlier ones there).
+    spliced: Vec<Splice>,
+    spliced_bytes: usize,
+    /// End offset of each record, and whether it is an enqueue.
     pub(crate) records: Vec<(usize, bool)>,
+    /// Where each record starts in `buf` (its header and prefix are never spliced).
+    heads: Vec<usize>,
     /// Stored messages that became dead (acked, dropped, deleted): their segments' live counts
     /// go down when the batch is written.
     pub(crate) dead: Vec<u32>,
@@ -285,7 +311,8 @@ pub struct RecordBatch {
 impl fmt::Debug for RecordBatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecordBatch")
-            .field("bytes", &self.buf.len())
+            .field("bytes", &self.len())
+            .field("spliced", &self.spliced.len())
             .field("records", &self.records.len())
             .field("dead", &self.dead.len())
             .field("waiters", &self.waiters.len())
@@ -319,6 +346,120 @@ impl RecordBatch {
             self.durable_messages += 1;
         }
         self.finish(start, true);
+    }
+
+    /// Appends an enqueue record whose message is what `write_head` appends followed by
+    /// `body`. Slices of at least [`SPLICE_BYTES_MIN`] are not copied: the write hands them
+    /// to the kernel as they are (see [`RecordBatch`]).
+    pub fn enqueue_with_body(
+        &mut self,
+        queue: u64,
+        seq: u64,
+        flags: u8,
+        write_head: impl FnOnce(&mut Vec<u8>),
+        body: &[Bytes],
+    ) {
+        let start = self.begin(KIND_ENQUEUE, queue);
+        self.buf.extend_from_slice(&seq.to_le_bytes());
+        self.buf.push(flags);
+        write_head(&mut self.buf);
+        let payload = self
+            .buf
+            .get(start + RECORD_HEADER_LEN..)
+            .unwrap_or_default();
+        let mut crc = crc32c::crc32c(payload);
+        let mut len = payload.len();
+        for chunk in body {
+            crc = crc32c::crc32c_append(crc, chunk);
+            len += chunk.len();
+            if chunk.len() < SPLICE_BYTES_MIN {
+                self.buf.extend_from_slice(chunk);
+            } else {
+                self.spliced_bytes += chunk.len();
+                self.spliced.push(Splice {
+                    at: self.buf.len(),
+                    bytes: chunk.clone(),
+                });
+            }
+        }
+        if flags & FLAG_DURABLE != 0 {
+            self.durable_messages += 1;
+        }
+        self.seal(start, len, crc, true);
+    }
+
+    /// Bytes in the batch, spliced bodies included.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len() + self.spliced_bytes
+    }
+
+    /// Writes bytes `range` of the batch (record boundaries) to `file` at `offset`, with as
+    /// few vectored writes as the kernel allows.
+    pub(crate) fn write_at(
+        &self,
+        file: &dyn LogFile,
+        range: std::ops::Range<usize>,
+        offset: u64,
+    ) -> Result<(), StoreError> {
+        let mut slices = Vec::new();
+        self.for_each_piece(range, |piece| slices.push(std::io::IoSlice::new(piece)));
+        write_all_vectored_at(file, &mut slices, offset)
+    }
+
+    /// Calls `each` with the pieces (parts of `buf`, spliced slices) covering `range`.
+    fn for_each_piece<'a>(&'a self, range: std::ops::Range<usize>, mut each: impl FnMut(&'a [u8])) {
+        let mut logical = 0;
+        let mut buf_at = 0;
+        let mut emit = |piece: &'a [u8], logical: &mut usize| {
+            let (start, end) = (*logical, *logical + piece.len());
+            *logical = end;
+            if end > range.start && start < range.end {
+                let from = range.start.saturating_sub(start);
+                let to = range.end.min(end) - start;
+                each(piece.get(from..to).unwrap_or_default());
+            }
+        };
+        for splice in &self.spliced {
+            if logical >= range.end {
+                return;
+            }
+            emit(
+                self.buf.get(buf_at..splice.at).unwrap_or_default(),
+                &mut logical,
+            );
+            emit(&splice.bytes, &mut logical);
+            buf_at = splice.at;
+        }
+        emit(self.buf.get(buf_at..).unwrap_or_default(), &mut logical);
+    }
+
+    /// Appends the index form of the record that spans `range` of the batch (see
+    /// [`index_entry_of`]); it sits at `offset` of its segment.
+    pub(crate) fn index_entry(
+        &self,
+        range: std::ops::Range<usize>,
+        offset: usize,
+        out: &mut Vec<u8>,
+    ) {
+        let record = self.records.partition_point(|&(end, _)| end <= range.start);
+        let Some(&head) = self.heads.get(record) else {
+            debug_assert!(false, "invariant: {range:?} is a record of this batch");
+            return;
+        };
+        // The record's bytes in `buf` run to its first spliced slice, if it has one: an
+        // enqueue's prefix always lies before it, and other records are never spliced.
+        let first_splice = self.spliced.partition_point(|s| s.at <= head);
+        let contiguous_end = self
+            .spliced
+            .get(first_splice)
+            .map_or(self.buf.len(), |s| s.at);
+        let end = contiguous_end.min(head + range.len());
+        index_entry_of(
+            self.buf.get(head..end).unwrap_or_default(),
+            range.len(),
+            offset,
+            out,
+        );
     }
 
     /// Appends an ack record for `seqs` (any order), as ranges of consecutive numbers.
@@ -377,7 +518,10 @@ impl RecordBatch {
 
     pub(crate) fn clear(&mut self) {
         self.buf.clear();
+        self.spliced.clear();
+        self.spliced_bytes = 0;
         self.records.clear();
+        self.heads.clear();
         self.dead.clear();
         self.waiters.clear();
         self.durable_messages = 0;
@@ -385,6 +529,7 @@ impl RecordBatch {
 
     fn begin(&mut self, kind: u8, queue: u64) -> usize {
         let start = self.buf.len();
+        self.heads.push(start);
         self.buf.extend_from_slice(&[0; RECORD_HEADER_LEN]);
         self.buf.push(kind);
         self.buf.extend_from_slice(&queue.to_le_bytes());
@@ -393,11 +538,16 @@ impl RecordBatch {
 
     fn finish(&mut self, start: usize, enqueue: bool) {
         let payload = &self.buf[start + RECORD_HEADER_LEN..];
-        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        let crc = crc32c::crc32c(payload);
+        let (len, crc) = (payload.len(), crc32c::crc32c(payload));
+        self.seal(start, len, crc, enqueue);
+    }
+
+    /// Writes the header of the record at `start` of `buf` and notes where the record ends.
+    fn seal(&mut self, start: usize, payload_len: usize, crc: u32, enqueue: bool) {
+        let len = u32::try_from(payload_len).unwrap_or(u32::MAX);
         self.buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
         self.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        self.records.push((self.buf.len(), enqueue));
+        self.records.push((self.len(), enqueue));
     }
 }
 

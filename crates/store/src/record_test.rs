@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::io::{read_exact_at, FsIo, Io};
 
 fn decode_all(buf: &[u8]) -> Vec<Record> {
     let mut at = 0;
@@ -91,5 +92,75 @@ proptest! {
         seqs.dedup();
         covered.sort_unstable();
         prop_assert_eq!(covered, seqs);
+    }
+}
+
+/// Two batches with the same records, one with its large body slices spliced in, one with
+/// every byte copied.
+fn spliced_and_copied() -> (RecordBatch, RecordBatch) {
+    let body: Vec<Bytes> = vec![
+        Bytes::from(vec![1u8; 5000]),
+        Bytes::from_static(b"tiny"),
+        Bytes::from((0..70_000u32).map(|i| i as u8).collect::<Vec<u8>>()),
+    ];
+    let (mut spliced, mut copied) = (RecordBatch::new(), RecordBatch::new());
+    for (seq, parts) in [(2, &body[..]), (3, &body[2..]), (4, &body[1..2])] {
+        let head = |b: &mut Vec<u8>| b.extend_from_slice(b"head");
+        spliced.enqueue_with_body(3, seq, FLAG_DURABLE, head, parts);
+        copied.enqueue(3, seq, FLAG_DURABLE, |b| {
+            head(b);
+            parts.iter().for_each(|c| b.extend_from_slice(c));
+        });
+        spliced.delivered(3, seq);
+        copied.delivered(3, seq);
+    }
+    (spliced, copied)
+}
+
+#[test]
+fn spliced_bodies_are_written_and_indexed_as_copied_ones() {
+    let (spliced, copied) = spliced_and_copied();
+    assert_eq!(
+        spliced.spliced.len(),
+        3,
+        "slices of 4 KiB or more are not copied"
+    );
+    assert_eq!(spliced.len(), copied.buf.len());
+    assert_eq!(spliced.records, copied.records);
+    assert_eq!(spliced.durable_messages, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let file = FsIo.create(&dir.path().join("whole")).unwrap();
+    spliced.write_at(&*file, 0..spliced.len(), 8).unwrap();
+    let mut written = vec![0; spliced.len()];
+    read_exact_at(&*file, &mut written, 8).unwrap();
+    assert!(
+        written == copied.buf,
+        "the file holds what a copying batch holds"
+    );
+    assert_eq!(decode_all(&written).len(), 6, "every record checks");
+
+    let mut start = 0;
+    for &(end, _) in &copied.records {
+        let part = FsIo.create(&dir.path().join(format!("part-{start}"))).unwrap();
+        spliced.write_at(&*part, start..end, 0).unwrap();
+        let mut got = vec![0; end - start];
+        read_exact_at(&*part, &mut got, 0).unwrap();
+        assert!(
+            got == copied.buf[start..end],
+            "record at {start} written alone"
+        );
+        let (mut from_spliced, mut from_copied) = (Vec::new(), Vec::new());
+        spliced.index_entry(start..end, 100 + start, &mut from_spliced);
+        index_entry_of(
+            &copied.buf[start..end],
+            end - start,
+            100 + start,
+            &mut from_copied,
+        );
+        assert_eq!(
+            from_spliced, from_copied,
+            "index entry of the record at {start}"
+        );
+        start = end;
     }
 }

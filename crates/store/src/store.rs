@@ -195,13 +195,13 @@ impl Store {
                 (end_offset - start) as u64,
                 self.0.segment_bytes,
             )?;
-            write_all_at(&*writer.file, &batch.buf[start..end_offset], base)?;
+            batch.write_at(&*writer.file, start..end_offset, base)?;
             writer.len += (end_offset - start) as u64;
             let segment = writer.active;
             let mut offset = start;
             for &(record_end, enqueue) in &batch.records[record..end] {
                 let at = base as usize + (offset - start);
-                record::index_entry(&batch.buf[offset..record_end], at, &mut writer.index);
+                batch.index_entry(offset..record_end, at, &mut writer.index);
                 writer.index_records += 1;
                 if enqueue {
                     locations.push(Location::new(segment, at, record_end - offset));
@@ -221,7 +221,7 @@ impl Store {
         }
         assert_eq!(
             start,
-            batch.buf.len(),
+            batch.len(),
             "invariant: the whole batch was written"
         );
         let mut emptied = false;
@@ -231,11 +231,12 @@ impl Store {
                 emptied |= *count == 0;
             }
         }
+        let bytes = batch.len() as u64;
         self.0.commit.submit(
             &written,
             &mut batch.waiters,
             batch.durable_messages,
-            batch.buf.len() as u64,
+            bytes,
         );
         if emptied {
             self.reclaim(&mut writer);

@@ -8,7 +8,7 @@ use std::thread;
 use proptest::prelude::*;
 
 use super::*;
-use crate::record::FLAG_DURABLE;
+use crate::record::{FLAG_DURABLE, RECORD_HEADER_LEN};
 use crate::FaultyIo;
 
 const QUEUE: u64 = 7;
@@ -205,6 +205,44 @@ fn a_short_write_is_detected_and_its_partial_record_cut_on_recovery() {
         Some(cut),
         "tail cut"
     );
+    drop(store);
+}
+
+#[test]
+fn a_short_write_inside_a_spliced_body_is_detected_and_cut_on_recovery() {
+    let io = FaultyIo::new();
+    let (store, _) = open(&io);
+    let (tx, rx) = mpsc::channel();
+    let first = append(&store, 1..=1, &tx).unwrap();
+    assert_eq!(confirmed(&rx), (1..=1, true));
+    // Three 8 KiB slices, written from where they are (not copied into the batch); the
+    // disk fills inside the second one.
+    let chunks: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 8192])).collect();
+    let mut batch = RecordBatch::new();
+    batch.enqueue_with_body(QUEUE, 2, FLAG_DURABLE, |_| {}, &chunks);
+    let record = batch.len() as u64;
+    let tx2 = tx.clone();
+    batch.on_durable(Box::new(move |ok| {
+        let _ = tx2.send((2..=2, ok));
+    }));
+    io.fill_disk_after(RECORD_HEADER_LEN as u64 + 18 + 8192 + 100);
+    let error = store.append(&mut batch, &mut Vec::new()).unwrap_err();
+    let StoreError::ShortWrite {
+        offset,
+        wanted,
+        written,
+        ..
+    } = &error
+    else {
+        panic!("a short write is reported as one: {error}");
+    };
+    let end = u64::from(first[0].offset) + RECORD_BYTES;
+    assert_eq!((*offset, *wanted), (end, record));
+    assert_eq!(*written, RECORD_HEADER_LEN as u64 + 18 + 8192 + 100);
+    assert_eq!(confirmed(&rx), (2..=2, false));
+    let after = io.crash(u64::MAX);
+    let (store, mut recovered) = open(&after);
+    assert_eq!(recovered_seqs(&mut recovered), vec![1], "the torn record is cut");
     drop(store);
 }
 

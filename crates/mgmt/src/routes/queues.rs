@@ -355,5 +355,5 @@ pub(crate) async fn aliveness(
             reply,
         })
         .await?;
-    Ok(reply.is_some_and(|got| &got.delivery.message.body[..] == b"test_message"))
+    Ok(reply.is_some_and(|got| got.delivery.message.body == b"test_message"[..]))
 }

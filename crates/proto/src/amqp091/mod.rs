@@ -8,6 +8,7 @@
 mod error;
 mod field_table;
 mod frame;
+mod frame_reader;
 mod method;
 mod properties;
 pub mod reply_code;
@@ -24,6 +25,7 @@ pub use frame::{
     encode_deliver_frame, encode_heartbeat, encode_method_frame, ContentHeader, DeliverArgs, Frame,
     ProtocolHeader, FRAME_END, FRAME_HEADER_SIZE, FRAME_MIN_SIZE, PROTOCOL_HEADER,
 };
+pub use frame_reader::{FrameReader, BODY_PART_BYTES_MIN};
 pub use method::*;
 pub use properties::{peek_delivery_mode, peek_priority, validate_properties, BasicProperties};
 pub use short_str::{LongStr, ShortStr};

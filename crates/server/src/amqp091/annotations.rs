@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
-use warren_core::message::{Death, Deaths, Format, Message};
+use warren_core::message::{Body, Death, Deaths, Format, Message};
 use warren_proto::amqp091::{BasicProperties, FieldTable, FieldValue};
 
 /// RabbitMQ's `MAX_EXPIRY_TIMER`: the largest `expiration` accepted.
@@ -75,7 +75,7 @@ fn parse_expiration(text: &str) -> Result<u32, String> {
 /// The properties and body to send with `message`: for an AMQP 0.9.1 message its properties
 /// (see [`delivery_properties`]) and body; an AMQP 1.0 message is converted here, at delivery,
 /// as RabbitMQ's conversions page maps it.
-pub fn delivery_content(message: &Message) -> (Cow<'_, Bytes>, Cow<'_, Bytes>) {
+pub fn delivery_content(message: &Message) -> (Cow<'_, Bytes>, Cow<'_, Body>) {
     match message.format {
         Format::Amqp091 => (delivery_properties(message), Cow::Borrowed(&message.body)),
         Format::Amqp10 => {
@@ -84,14 +84,14 @@ pub fn delivery_content(message: &Message) -> (Cow<'_, Bytes>, Cow<'_, Bytes>) {
                 message.priority,
                 message.expiration_ms,
                 &message.properties,
-                &message.body,
+                &message.body.to_bytes(),
             );
             if let Some(deaths) = &message.deaths {
                 set_death_headers(&mut properties, deaths);
             }
             let mut out = BytesMut::with_capacity(message.properties.len() + 64);
             properties.encode(&mut out);
-            (Cow::Owned(out.freeze()), Cow::Owned(body))
+            (Cow::Owned(out.freeze()), Cow::Owned(Body::from(body)))
         }
     }
 }

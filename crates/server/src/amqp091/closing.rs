@@ -22,6 +22,11 @@ pub(super) struct Discard {
 }
 
 impl Discard {
+    /// Discarding that starts `bytes` before the end of a frame.
+    pub(super) fn skipping(bytes: usize) -> Discard {
+        Discard { skip: bytes as u64 }
+    }
+
     /// Drops what `buf` holds of frames other than connection.close/close-ok. Returns true
     /// once one of those arrived; false when more input is needed.
     pub(super) fn scan(&mut self, buf: &mut BytesMut) -> bool {

@@ -100,6 +100,9 @@ pub struct Connection {
     reader: SocketReader,
     socket_w: SocketWriter,
     pub(super) rbuf: BytesMut,
+    /// Hands out large body frames in parts, so that no partial frame is copied when the
+    /// read buffer is renewed.
+    frames: wire::FrameReader,
     read_chunk: usize,
     pub(super) out: Writer,
     pub(super) outbox: Arc<Outbox>,
@@ -172,6 +175,7 @@ pub async fn serve(client: Box<Client>, shared: Arc<Shared>) {
         reader,
         socket_w,
         rbuf: start,
+        frames: wire::FrameReader::default(),
         read_chunk: READ_CHUNK_MIN_BYTES,
         out: Writer::default(),
         outbox: Outbox::new(),
@@ -583,7 +587,7 @@ impl Connection {
     pub(super) async fn on_read(&mut self) -> Result<(), Fault> {
         self.throttle.refresh();
         let outcome = loop {
-            let frame = match wire::decode_frame(&mut self.rbuf, self.tuning.frame_max) {
+            let frame = match self.frames.decode(&mut self.rbuf, self.tuning.frame_max) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(Fault::decode(&error)),
@@ -724,7 +728,8 @@ impl Connection {
     /// The closing state: reads and discards the peer's frames, payloads unread, until
     /// connection.close-ok (or connection.close) arrives or the socket ends.
     async fn discard_until_close_ok(&mut self) {
-        let mut discard = Discard::default();
+        // A body frame being read in parts is skipped to its end first.
+        let mut discard = Discard::skipping(self.frames.bytes_to_frame_end());
         while !discard.scan(&mut self.rbuf) {
             if self.read_more().await.is_err() {
                 return;

@@ -11,7 +11,7 @@ use warren_core::access::{Perm, ResourceKind};
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 use warren_core::confirm::{ConfirmTicket, ConfirmWaits};
-use warren_core::message::{Format, Message};
+use warren_core::message::{Body, Format, Message};
 use warren_core::queue::{
     send_credit, ConfirmAfter, QueueHandle, ServeWhileWaiting, SettleOp, Settlements,
 };
@@ -847,16 +847,13 @@ fn sender_selected(raw: Bytes) -> Result<(Bytes, Vec<String>), String> {
     Ok((out.freeze(), keys))
 }
 
-fn join(first: Bytes, more: Vec<Bytes>) -> Bytes {
+/// The body of a publish: its frames' payloads as they are, slices of the read buffers.
+fn join(first: Bytes, mut more: Vec<Bytes>) -> Body {
     if more.is_empty() {
-        return first;
+        return Body::from(first);
     }
-    // A body split over frames is joined once; single-frame bodies stay zero-copy.
-    let mut body =
-        BytesMut::with_capacity(first.len() + more.iter().map(Bytes::len).sum::<usize>());
-    body.extend_from_slice(&first);
-    more.iter().for_each(|c| body.extend_from_slice(c));
-    body.freeze()
+    more.insert(0, first);
+    Body::from_chunks(more)
 }
 
 /// A content frame where a method frame is due (RabbitMQ's `rabbit_command_assembler`).

@@ -1,7 +1,8 @@
 //! Outgoing frames of one connection, written with one vectored write per flush.
 //!
-//! Small frames are encoded into one buffer; a large body is not copied: its `Bytes` (a slice
-//! of some publisher's read buffer) joins the write list between its frame header and end.
+//! Small frames are encoded into one buffer; a large body is not copied: its slices (of some
+//! publisher's read buffers, see `Body`) join the write list between each frame's header and
+//! end, a body frame of `frame_max` bytes taking as many slices as it spans.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -10,13 +11,20 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use warren_proto::amqp091::{self as wire, Method, FRAME_END};
 
+use warren_core::message::Body;
+
 use crate::encode_buffer::Keeper;
 use crate::socket::SocketWriter;
 
 /// Bodies at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_BYTES_MIN: usize = 4096;
 /// Buffers handed to one `writev`.
-const IOVECS_MAX: usize = 64;
+const IOVECS_MAX: usize = 512;
+
+/// A body frame's payload size: the caller cut it at `frame_max`, a `u32`.
+fn wire_len(len: usize) -> u32 {
+    u32::try_from(len).expect("invariant: body frames are cut at frame_max")
+}
 
 #[derive(Default)]
 pub struct Writer {
@@ -47,7 +55,7 @@ impl Writer {
         channel: u16,
         method: &Method,
         properties: &[u8],
-        body: &Bytes,
+        body: &Body,
         frame_max: u32,
     ) {
         self.method(channel, method);
@@ -60,7 +68,7 @@ impl Writer {
         channel: u16,
         args: &wire::DeliverArgs<'_>,
         properties: &[u8],
-        body: &Bytes,
+        body: &Body,
         frame_max: u32,
     ) {
         wire::encode_deliver_frame(channel, args, &mut self.encode);
@@ -73,7 +81,7 @@ impl Writer {
         channel: u16,
         class_id: u16,
         properties: &[u8],
-        body: &Bytes,
+        body: &Body,
         frame_max: u32,
     ) {
         let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
@@ -85,22 +93,30 @@ impl Writer {
         while offset < body.len() {
             let end = body.len().min(offset + chunk_max);
             if end - offset < ZERO_COPY_BYTES_MIN {
-                wire::encode_body_frame(channel, &body[offset..end], &mut self.encode);
+                let len = wire_len(end - offset);
+                self.body_frame_head(channel, len);
+                body.copy_range_to(offset..end, &mut self.encode);
+                self.encode.put_u8(FRAME_END);
             } else {
-                self.body_frame_shared(channel, body.slice(offset..end));
+                self.body_frame_shared(channel, body, offset..end);
             }
             offset = end;
         }
     }
 
-    fn body_frame_shared(&mut self, channel: u16, payload: Bytes) {
-        let len = u32::try_from(payload.len()).expect("invariant: body chunk <= frame_max");
+    fn body_frame_head(&mut self, channel: u16, len: u32) {
         self.encode.put_u8(3); // frame type: body
         self.encode.put_u16(channel);
         self.encode.put_u32(len);
+    }
+
+    /// A body frame whose payload, bytes `range` of `body`, is written from the body's own
+    /// slices.
+    fn body_frame_shared(&mut self, channel: u16, body: &Body, range: std::ops::Range<usize>) {
+        self.body_frame_head(channel, wire_len(range.len()));
         self.seal();
-        self.queued_bytes += payload.len();
-        self.queued.push_back(payload);
+        self.queued_bytes += range.len();
+        body.for_each_slice(range, |slice| self.queued.push_back(slice));
         self.encode.put_u8(FRAME_END);
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::consumer::{Consumer, ConsumerId, Delivery};
+use warren_core::message::Body;
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_proto::amqp10::{
     condition, AmqpError, Attach, DeliveryState, Detach, Disposition, Flow, Performative, Transfer,
@@ -255,9 +256,13 @@ impl Connection {
                 settled: Some(true),
                 ..Transfer::default()
             };
-            let frames =
-                self.out
-                    .transfer(channel, transfer, &message, &Bytes::new(), max_frame_size);
+            let frames = self.out.transfer(
+                channel,
+                transfer,
+                &message,
+                &Body::default(),
+                max_frame_size,
+            );
             let session = self
                 .sessions
                 .get_mut(&channel)

@@ -254,7 +254,7 @@ impl Connection {
             exchange,
             routing_key,
             properties: head,
-            body,
+            body: body.into(),
             persistent: header.is_some_and(|h| h.durable),
             priority: header.and_then(|h| h.priority).unwrap_or(0),
             expiration_ms: header.and_then(|h| h.ttl),

@@ -2,15 +2,21 @@
 //! into one buffer; a large message body joins the write list as its own `Bytes` (a slice of
 //! the publisher's read buffer), not copied.
 
-use bytes::{Bytes, BytesMut};
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use warren_proto::amqp10::frame::{
     encode_empty_frame, encode_frame, encode_frame_head, encode_sasl_frame, frame_head_len,
 };
 use warren_proto::amqp10::{Performative, SaslFrame, Transfer};
 
+use warren_core::message::Body;
+
 use crate::encode_buffer::Keeper;
 
+/// Buffers handed to one `writev`.
+const IOVECS_MAX: usize = 512;
 /// Bodies at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_BYTES_MIN: usize = 4096;
 
@@ -52,7 +58,7 @@ impl Writer {
         channel: u16,
         first: Transfer,
         prefix: &[u8],
-        body: &Bytes,
+        body: &Body,
         max_frame_size: u32,
     ) -> u32 {
         let total = prefix.len() + body.len();
@@ -97,7 +103,7 @@ impl Writer {
     }
 
     /// Appends bytes `from..from + len` of `prefix ++ body`.
-    fn payload(&mut self, prefix: &[u8], body: &Bytes, from: usize, len: usize) {
+    fn payload(&mut self, prefix: &[u8], body: &Body, from: usize, len: usize) {
         let end = from + len;
         if from < prefix.len() {
             let upto = end.min(prefix.len());
@@ -112,11 +118,10 @@ impl Writer {
                 if !encoded.is_empty() {
                     self.queued.push(encoded);
                 }
-                self.queued.push(body.slice(start..stop));
+                body.for_each_slice(start..stop, |slice| self.queued.push(slice));
             } else {
                 // Copied: cheaper than a handle on the body for a few bytes.
-                self.encode
-                    .extend_from_slice(body.get(start..stop).unwrap_or_default());
+                body.copy_range_to(start..stop, &mut self.encode);
             }
         }
     }
@@ -126,14 +131,47 @@ impl Writer {
             let encoded = self.encode.split().freeze();
             self.queued.push(encoded);
         }
-        let mut written = 0;
-        for part in self.queued.drain(..) {
-            socket.write_all(&part).await?;
-            written += part.len();
-        }
+        let written = write_all_vectored(socket, &mut self.queued).await?;
         // A TLS socket may hold records back until flushed (plain TCP: nothing to do).
         socket.flush().await?;
         self.keeper.after_flush(&mut self.encode, written);
         Ok(())
     }
+}
+
+/// Writes `parts` in order with as few `writev` calls as the socket allows, and empties it;
+/// returns the bytes written.
+async fn write_all_vectored(
+    socket: &mut crate::socket::SocketWriter,
+    parts: &mut Vec<Bytes>,
+) -> std::io::Result<usize> {
+    let mut total = 0;
+    let mut done = 0; // parts written whole
+    while done < parts.len() {
+        let slices: Vec<IoSlice<'_>> = parts
+            .iter()
+            .skip(done)
+            .take(IOVECS_MAX)
+            .map(|part| IoSlice::new(part))
+            .collect();
+        let mut written = socket.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        total += written;
+        while written > 0 {
+            let Some(part) = parts.get_mut(done) else {
+                break;
+            };
+            if part.len() <= written {
+                written -= part.len();
+                done += 1;
+            } else {
+                part.advance(written);
+                written = 0;
+            }
+        }
+    }
+    parts.clear();
+    Ok(total)
 }

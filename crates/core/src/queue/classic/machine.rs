@@ -448,9 +448,13 @@ impl ClassicQueue {
                 self.ready.memory() + message.resident_bytes() > persist.memory_budget;
             if durable || over_budget {
                 let flags = if durable { FLAG_DURABLE } else { 0 };
-                persist.batch.enqueue(persist.id, seq, flags, |out| {
-                    message.encode_stored(out, deadline)
-                });
+                persist.batch.enqueue_with_body(
+                    persist.id,
+                    seq,
+                    flags,
+                    |out| message.encode_stored_head(out, deadline),
+                    message.body.chunks(),
+                );
                 // Beyond the budget the message leaves memory once it is written.
                 persist.enqueued.push((seq, over_budget));
                 written = durable;

@@ -229,7 +229,7 @@ fn message(id: u64, persistent: bool) -> Arc<Message> {
 }
 
 fn body_id(message: &Message) -> u64 {
-    std::str::from_utf8(&message.body)
+    std::str::from_utf8(&message.body.to_vec())
         .ok()
         .and_then(|s| s.parse().ok())
         .expect("invariant: test bodies are ids")
