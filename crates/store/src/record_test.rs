@@ -141,7 +141,9 @@ fn spliced_bodies_are_written_and_indexed_as_copied_ones() {
 
     let mut start = 0;
     for &(end, _) in &copied.records {
-        let part = FsIo.create(&dir.path().join(format!("part-{start}"))).unwrap();
+        let part = FsIo
+            .create(&dir.path().join(format!("part-{start}")))
+            .unwrap();
         spliced.write_at(&*part, start..end, 0).unwrap();
         let mut got = vec![0; end - start];
         read_exact_at(&*part, &mut got, 0).unwrap();

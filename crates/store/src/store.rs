@@ -219,11 +219,7 @@ impl Store {
             start = end_offset;
             record = end;
         }
-        assert_eq!(
-            start,
-            batch.len(),
-            "invariant: the whole batch was written"
-        );
+        assert_eq!(start, batch.len(), "invariant: the whole batch was written");
         let mut emptied = false;
         for &segment in &batch.dead {
             if let Some(count) = writer.live.get_mut(&segment) {
@@ -232,12 +228,9 @@ impl Store {
             }
         }
         let bytes = batch.len() as u64;
-        self.0.commit.submit(
-            &written,
-            &mut batch.waiters,
-            batch.durable_messages,
-            bytes,
-        );
+        self.0
+            .commit
+            .submit(&written, &mut batch.waiters, batch.durable_messages, bytes);
         if emptied {
             self.reclaim(&mut writer);
         }

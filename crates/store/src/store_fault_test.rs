@@ -242,7 +242,11 @@ fn a_short_write_inside_a_spliced_body_is_detected_and_cut_on_recovery() {
     assert_eq!(confirmed(&rx), (2..=2, false));
     let after = io.crash(u64::MAX);
     let (store, mut recovered) = open(&after);
-    assert_eq!(recovered_seqs(&mut recovered), vec![1], "the torn record is cut");
+    assert_eq!(
+        recovered_seqs(&mut recovered),
+        vec![1],
+        "the torn record is cut"
+    );
     drop(store);
 }
 
