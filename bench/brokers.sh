@@ -13,7 +13,8 @@
 # the release build (see warren_binary), built when missing.
 
 work_dir="${work_dir:-}" # set by the sourcing script before starting a broker
-readonly BROKER_READY_TIMEOUT_S=60
+# A loaded machine starts RabbitMQ (and its feature flags) slowly: WARREN_BENCH_READY_TIMEOUT_S.
+readonly BROKER_READY_TIMEOUT_S="${WARREN_BENCH_READY_TIMEOUT_S:-120}"
 readonly BROKER_STOP_TIMEOUT_S=30
 
 rabbit_pid=""      # the rabbitmq-server script, which stops the node on SIGTERM
