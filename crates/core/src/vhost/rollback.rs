@@ -117,7 +117,9 @@ impl VHost {
         let mut restored = 0usize;
         for (kind, def, args) in undo.queues {
             let key = Pending::Queue(def.name.clone());
-            if meta.queues.contains_key(&def.name) || !durable(&key) {
+            // An exclusive queue is never on disk, and its owner may be gone by now.
+            let exclusive = def.exclusive_owner.is_some();
+            if exclusive || meta.queues.contains_key(&def.name) || !durable(&key) {
                 continue;
             }
             // The policy may have changed meanwhile; the arguments it had are the fallback.
