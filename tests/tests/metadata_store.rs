@@ -197,3 +197,106 @@ async fn concurrent_durable_declares_from_many_connections_all_survive_a_restart
         .count();
     assert_eq!(found, CONNECTIONS * QUEUES_EACH);
 }
+
+/// The exchange's bindings as `(routing key, destination)`, sorted.
+fn bindings_from(broker: &TestBroker, exchange: &str) -> Vec<(String, String)> {
+    let vhost = broker.core().vhost("/").expect("vhost /");
+    let mut found: Vec<(String, String)> = vhost
+        .bindings()
+        .into_iter()
+        .filter(|b| &*b.source == exchange)
+        .map(|b| (b.routing_key.to_string(), b.destination.name().to_string()))
+        .collect();
+    found.sort();
+    found
+}
+
+/// As RabbitMQ: a deletion the broker could not write is answered with an error and the
+/// object stays (with its bindings, still routing), so a restart brings back what clients
+/// were told exists; once the disk is fixed the same deletions go through and last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_cannot_be_written_is_refused_and_rolled_back() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("needs the data directory of an in-process broker") {
+        return;
+    }
+    let data_dir = broker.data_dir().expect("in-process").to_path_buf();
+    let (queue, exchange) = (unique("kept"), unique("topic"));
+    let (connection, channel) = broker.channel().await;
+    declare(&channel, &queue, true)
+        .await
+        .expect("declare the queue");
+    let options = lapin::options::ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let topic = lapin::ExchangeKind::Topic;
+    bounded!(channel.exchange_declare(
+        exchange.as_str().into(),
+        topic,
+        options,
+        FieldTable::default()
+    ))
+    .expect("declare the exchange");
+    bounded!(channel.queue_bind(
+        queue.as_str().into(),
+        exchange.as_str().into(),
+        "k.#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default()
+    ))
+    .expect("bind to the topic exchange");
+    bind(&channel, &queue, "d")
+        .await
+        .expect("bind to amq.direct");
+    drop(connection);
+
+    let moved = break_definitions(&data_dir);
+    let (_connection, channel) = broker.channel().await;
+    let refused = bounded!(channel.exchange_delete(exchange.as_str().into(), Default::default()));
+    expect_amqp_error(refused, INTERNAL_ERROR);
+    let (_connection, channel) = broker.channel().await;
+    let refused = bounded!(channel.queue_unbind(
+        queue.as_str().into(),
+        "amq.direct".into(),
+        "d".into(),
+        FieldTable::default()
+    ));
+    expect_amqp_error(refused, INTERNAL_ERROR);
+    let (_connection, channel) = broker.channel().await;
+    let refused = bounded!(channel.queue_delete(queue.as_str().into(), Default::default()));
+    expect_amqp_error(refused, INTERNAL_ERROR);
+
+    let (connection, channel) = broker.channel().await;
+    assert!(queue_exists(&connection, &queue).await, "the queue stays");
+    assert_eq!(
+        bindings_to(&broker, &queue),
+        ["d"],
+        "the unbound binding stays"
+    );
+    let to_queue = vec![("k.#".to_string(), queue.clone())];
+    assert_eq!(
+        bindings_from(&broker, &exchange),
+        to_queue,
+        "the exchange keeps it"
+    );
+    // They route again: the snapshot was rolled back too, onto the queue that came back.
+    warren_tests::publish(&channel, &exchange, "k.a", b"via topic").await;
+    warren_tests::publish(&channel, "amq.direct", "d", b"via direct").await;
+    let got = warren_tests::get_all(&channel, &queue).await;
+    assert_eq!(got, ["via topic", "via direct"]);
+    drop(connection);
+
+    repair_definitions(&data_dir, &moved);
+    let (connection, channel) = broker.channel().await;
+    bounded!(channel.exchange_delete(exchange.as_str().into(), Default::default()))
+        .expect("delete the exchange once fixed");
+    bounded!(channel.queue_delete(queue.as_str().into(), Default::default()))
+        .expect("delete the queue once fixed");
+    drop(connection);
+    let broker = broker.restart().await;
+    let connection = broker.connect().await;
+    assert!(!queue_exists(&connection, &queue).await, "deleted for good");
+    assert!(bindings_from(&broker, &exchange).is_empty());
+    assert!(bindings_to(&broker, &queue).is_empty());
+}

@@ -195,15 +195,27 @@ impl Broker {
         };
         self.metadata.submit(vec![stale]).wait().await?;
         let store: Arc<dyn MetadataStore> = self.metadata.clone();
-        let vhost = VHost::open(
-            name,
-            store,
-            Some(self.queue_storage.clone()),
-            self.queue_credit,
-            self.access.policy_set(name),
-            &mut Default::default(),
-        )
-        .map_err(|error| BrokerError::internal(format!("cannot create vhost '{name}': {error}")))?;
+        let (owned_name, storage) = (name.to_owned(), self.queue_storage.clone());
+        let (credit, policies) = (self.queue_credit, self.access.policy_set(name));
+        // Opening reads the vhost's definition files: off the async workers.
+        let open = tokio::task::spawn_blocking(move || {
+            let recovered = &mut Default::default();
+            VHost::open(
+                &owned_name,
+                store,
+                Some(storage),
+                credit,
+                policies,
+                recovered,
+            )
+        });
+        let vhost = open
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|opened| opened)
+            .map_err(|error| {
+                BrokerError::internal(format!("cannot create vhost '{name}': {error}"))
+            })?;
         // Two creations racing: the first one's vhost stays.
         self.vhosts.write().entry(name.to_owned()).or_insert(vhost);
         tracing::info!(vhost = name, "vhost created");

@@ -87,8 +87,10 @@ enum Pending {
 /// What a removal took away besides itself: the snapshot and the store follow from it.
 #[derive(Debug, Default)]
 struct Removed {
-    queues: Vec<Arc<str>>,
+    queues: Vec<QueueHandle>,
     exchanges: Vec<ExchangeDef>,
+    /// Every binding that went with them (what a rollback puts back).
+    bindings: Vec<Binding>,
     /// Exchanges that lost bindings and still exist.
     sources: BTreeSet<Arc<str>>,
 }
@@ -310,8 +312,8 @@ impl VHost {
     fn apply_removed(&self, meta: &Meta, removed: &Removed) -> Vec<VHostChange> {
         self.update_snapshot(|current| {
             let mut next = current.clone();
-            for name in &removed.queues {
-                next = next.without_queue(name);
+            for queue in &removed.queues {
+                next = next.without_queue(queue.name());
             }
             for def in &removed.exchanges {
                 next = next.without_exchange(&def.name);
@@ -528,6 +530,7 @@ fn show_value(value: Option<&Value>) -> String {
 mod exchanges;
 mod policies;
 mod queues;
+mod rollback;
 pub use exchanges::{check_exchange_deletion, check_not_default_exchange};
 pub use policies::VHostConnection;
 pub use queues::generate_name;

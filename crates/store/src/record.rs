@@ -516,6 +516,25 @@ impl RecordBatch {
         self.waiters.push(waiter);
     }
 
+    /// The batch's framing, before it is written: record ends ascend, the last one is the
+    /// batch's end, each record has its head, and spliced slices lie inside the buffer.
+    pub(crate) fn check_framing(&self) {
+        debug_assert_eq!(
+            self.records.last().map_or(0, |&(end, _)| end),
+            self.len(),
+            "invariant: the records end where the batch does"
+        );
+        debug_assert!(
+            self.records.windows(2).all(|w| w[0].0 < w[1].0),
+            "invariant: record ends ascend (no record is empty)"
+        );
+        debug_assert_eq!(self.heads.len(), self.records.len(), "one head per record");
+        debug_assert!(
+            self.spliced.iter().all(|s| s.at <= self.buf.len()),
+            "invariant: spliced slices are placed inside the buffer"
+        );
+    }
+
     pub(crate) fn clear(&mut self) {
         self.buf.clear();
         self.spliced.clear();

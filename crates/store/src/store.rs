@@ -94,6 +94,28 @@ struct Writer {
     index_records: u64,
 }
 
+impl Writer {
+    /// The active segment's offsets: its data starts after the magic and ends inside the
+    /// preallocated part (`len <= allocated`), so the next record is written over zeros.
+    fn check_offsets(&self) {
+        debug_assert!(
+            self.len >= SEGMENT_MAGIC.len() as u64,
+            "invariant: a segment's records start after its magic"
+        );
+        debug_assert!(
+            self.len <= self.allocated,
+            "invariant: written {} <= allocated {} in segment {}",
+            self.len,
+            self.allocated,
+            self.active
+        );
+        debug_assert!(
+            self.live.contains_key(&self.active),
+            "invariant: the active segment has a live count"
+        );
+    }
+}
+
 /// Figures since the store opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -179,7 +201,9 @@ impl Store {
         locations: &mut Vec<Location>,
     ) -> Result<(), StoreError> {
         self.0.commit.check()?;
+        batch.check_framing();
         let mut writer = self.0.writer.lock();
+        writer.check_offsets();
         let mut written: Vec<(u64, Arc<dyn LogFile>)> = Vec::new();
         let mut start = 0;
         let mut record = 0;
@@ -195,6 +219,10 @@ impl Store {
                 (end_offset - start) as u64,
                 self.0.segment_bytes,
             )?;
+            debug_assert!(
+                base + (end_offset - start) as u64 <= writer.allocated,
+                "invariant: a run is written inside the preallocated part of its segment"
+            );
             batch.write_at(&*writer.file, start..end_offset, base)?;
             writer.len += (end_offset - start) as u64;
             let segment = writer.active;
@@ -227,6 +255,7 @@ impl Store {
                 emptied |= *count == 0;
             }
         }
+        writer.check_offsets();
         let bytes = batch.len() as u64;
         self.0
             .commit

@@ -595,8 +595,16 @@ fn first_boot(bootstrap: &Bootstrap) -> State {
     state
 }
 
-/// Merges `definitions` into `state`, validating every entry first.
+/// Merges `definitions` into `state`, validating every entry first. Users and vhosts go
+/// first: the parameters, permissions and policies after them name those.
 fn apply(state: &mut State, definitions: &Definitions) -> Result<(), String> {
+    apply_users_and_vhosts(state, definitions)?;
+    apply_parameters(state, definitions)?;
+    apply_permissions(state, definitions)?;
+    apply_policies(state, definitions)
+}
+
+fn apply_users_and_vhosts(state: &mut State, definitions: &Definitions) -> Result<(), String> {
     for user in &definitions.users {
         let mut user = user.clone();
         if let Some(password) = user.password.take() {
@@ -618,6 +626,11 @@ fn apply(state: &mut State, definitions: &Definitions) -> Result<(), String> {
         record.name = vhost.name.clone();
         record.metadata = vhost.metadata();
     }
+    Ok(())
+}
+
+/// Runtime parameters: vhost limits and operator policies (others are skipped with a warning).
+fn apply_parameters(state: &mut State, definitions: &Definitions) -> Result<(), String> {
     for parameter in &definitions.parameters {
         match parameter.component.as_str() {
             "vhost-limits" => {
@@ -643,6 +656,11 @@ fn apply(state: &mut State, definitions: &Definitions) -> Result<(), String> {
             ),
         }
     }
+    Ok(())
+}
+
+/// Permissions and topic permissions, each for a user and a vhost that exist.
+fn apply_permissions(state: &mut State, definitions: &Definitions) -> Result<(), String> {
     for permission in &definitions.permissions {
         for pattern in [&permission.configure, &permission.write, &permission.read] {
             Pattern::compile(pattern)?;
@@ -667,6 +685,10 @@ fn apply(state: &mut State, definitions: &Definitions) -> Result<(), String> {
             permission.clone(),
         );
     }
+    Ok(())
+}
+
+fn apply_policies(state: &mut State, definitions: &Definitions) -> Result<(), String> {
     for policy in &definitions.policies {
         policy
             .validate(false)

@@ -111,6 +111,12 @@ impl Completion {
         }
     }
 
+    /// Whether the store answered, and the change is durable: `false` while it has not
+    /// answered or when it failed.
+    pub fn succeeded(&self) -> bool {
+        matches!(*self.0.borrow(), Some(Ok(())))
+    }
+
     /// Whether both wait for the same change.
     pub fn same(&self, other: &Completion) -> bool {
         self.0.same_channel(&other.0)

@@ -82,6 +82,46 @@ impl<K: Hash + Eq + Clone, V: Clone> LayeredMap<K, V> {
         debug_assert!(self.delta.len() <= delta_max);
     }
 
+    /// The value of `key` to change in place, made with `default` when absent. A base no
+    /// other map shares (a table being built, or one just merged) is changed where it is;
+    /// a shared one is left alone and the value copied into the delta, as `set` would, so
+    /// older snapshots keep what they had and a build costs no copies at all.
+    pub fn entry_mut(&mut self, key: K, default: impl FnOnce() -> V) -> &mut V {
+        let base_len = self.base.len();
+        let delta_max = DELTA_ENTRIES_MIN.max(base_len.isqrt());
+        let unique = Arc::get_mut(&mut self.base).is_some();
+        let small = base_len + self.delta.len() < SMALL_MAP_ENTRIES;
+        if unique || small || self.delta.len() >= delta_max {
+            self.merge();
+            let base = Arc::make_mut(&mut self.base);
+            debug_assert!(self.delta.is_empty(), "invariant: merged into the base");
+            return base.entry(key).or_insert_with(default);
+        }
+        let current = match self.delta.get(&key) {
+            Some(change) => change.clone(),
+            None => self.base.get(&key).cloned(),
+        };
+        debug_assert!(
+            self.delta.len() < delta_max,
+            "invariant: the delta has room"
+        );
+        let delta = Arc::make_mut(&mut self.delta);
+        let slot = delta.entry(key).or_insert(None);
+        slot.insert(current.unwrap_or_else(default))
+    }
+
+    /// Folds the delta into a base of this map's own (copied when shared).
+    fn merge(&mut self) {
+        if self.delta.is_empty() {
+            return;
+        }
+        let delta = std::mem::take(&mut self.delta);
+        let base = Arc::make_mut(&mut self.base);
+        for (k, v) in delta.iter() {
+            apply(base, k.clone(), v.clone());
+        }
+    }
+
     /// Every entry, in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         for (k, v) in self.base.iter() {
@@ -139,6 +179,32 @@ mod tests {
             !map.delta.is_empty(),
             "a large map keeps recent changes in its delta"
         );
+    }
+
+    #[test]
+    fn entry_mut_changes_only_this_copy_and_reads_like_set() {
+        let mut map: LayeredMap<u32, u32> = LayeredMap::default();
+        let mut model = std::collections::HashMap::new();
+        let mut copies = Vec::new();
+        for i in 0..6_000u32 {
+            let key = i % 2_500;
+            if i % 5 == 0 {
+                map.set(key, None);
+                model.remove(&key);
+            } else {
+                *map.entry_mut(key, || 0) += i;
+                *model.entry(key).or_insert(0) += i;
+            }
+            if i % 400 == 0 {
+                copies.push((map.clone(), model.clone()));
+            }
+        }
+        copies.push((map, model));
+        for (map, model) in &copies {
+            for probe in 0..2_500 {
+                assert_eq!(map.get(&probe), model.get(&probe), "key {probe}");
+            }
+        }
     }
 
     #[test]

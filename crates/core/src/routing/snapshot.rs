@@ -561,6 +561,52 @@ mod tests {
         assert_eq!(route(&snapshot, "", &["qb", "nope", "qb"]), ["qb"]);
     }
 
+    /// Topic (un)binds change the snapshot's trie in place of a rebuild: the result routes
+    /// as a snapshot built from the bindings that remain, including a binding made twice
+    /// with different arguments and unbound once.
+    #[test]
+    fn topic_binds_and_unbinds_route_as_a_fresh_build() {
+        let mut f = Fixture::new();
+        f.exchange("t", ExchangeType::Topic, &[]);
+        for name in ["q1", "q2", "q3"] {
+            f.queue(name);
+        }
+        let mut snapshot = f.snapshot();
+        let keys = ["a.b", "a.#", "*.b", "#", "a.b", "c"];
+        for (i, key) in keys.iter().enumerate() {
+            let name = format!("q{}", i % 3 + 1);
+            let mut binding = Binding {
+                source: "t".into(),
+                destination: queue(&name),
+                routing_key: (*key).into(),
+                arguments: Table::new(),
+            };
+            if i == 4 {
+                binding.arguments.insert("x".into(), Value::Str("1".into()));
+            }
+            f.bindings.push(binding.clone());
+            snapshot = snapshot.with_binding(&binding, std::iter::empty());
+        }
+        let probes: [&[&str]; 5] = [&["a.b"], &["a"], &["x.b"], &["c"], &["a.b.c"]];
+        let check = |snapshot: &RoutingSnapshot, f: &Fixture| {
+            for probe in probes {
+                assert_eq!(
+                    route(snapshot, "t", probe),
+                    route(&f.snapshot(), "t", probe)
+                );
+            }
+        };
+        check(&snapshot, &f);
+        for at in [4, 0, 2] {
+            let binding = f.bindings.remove(at);
+            snapshot = snapshot.without_binding(&binding, std::iter::empty());
+            check(&snapshot, &f);
+        }
+        let mut reached = route(&snapshot, "t", &["a.b"]);
+        reached.sort();
+        assert_eq!(reached, ["q2", "q3"], "a.# and *.b remain");
+    }
+
     #[test]
     fn alternate_exchange_only_when_no_binding_matched() {
         let mut f = Fixture::new();

@@ -1,37 +1,56 @@
 //! Topic-exchange matching: a trie over the dot-separated words of binding keys, where `*`
 //! matches exactly one word and `#` zero or more.
+//!
+//! The trie is persistent: nodes are shared (`Arc`) between the routing snapshots that hold
+//! them, and a bind or unbind copies only the nodes on its key's path (path copying), each
+//! node's children in a `LayeredMap`, so a change costs O(words × √children) instead of a
+//! rebuild of the exchange's whole table. A trie being built is owned by one snapshot and
+//! changed in place, with no copies.
 
-use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::routing::layered::LayeredMap;
 
 #[derive(Debug, Clone)]
 pub struct TopicTrie<T> {
-    root: Node<T>,
+    root: Arc<Node<T>>,
 }
 
 impl<T> Default for TopicTrie<T> {
     fn default() -> Self {
         TopicTrie {
-            root: Node::default(),
+            root: Arc::new(Node::default()),
         }
     }
 }
 
 #[derive(Debug, Clone)]
 struct Node<T> {
-    words: HashMap<Box<str>, Node<T>>,
-    star: Option<Box<Node<T>>>,
-    hash: Option<Box<Node<T>>>,
+    words: LayeredMap<Box<str>, Arc<Node<T>>>,
+    /// Entries in `words` (a layered map does not count them).
+    word_count: usize,
+    star: Option<Arc<Node<T>>>,
+    hash: Option<Arc<Node<T>>>,
+    /// Values bound with the key that ends here, in the order they were bound.
     values: Vec<T>,
 }
 
 impl<T> Default for Node<T> {
     fn default() -> Self {
         Node {
-            words: HashMap::new(),
+            words: LayeredMap::default(),
+            word_count: 0,
             star: None,
             hash: None,
             values: Vec::new(),
         }
+    }
+}
+
+impl<T> Node<T> {
+    /// Holds nothing: no value and no child (an unbind removes such a node).
+    fn is_empty(&self) -> bool {
+        self.values.is_empty() && self.word_count == 0 && self.star.is_none() && self.hash.is_none()
     }
 }
 
@@ -42,16 +61,22 @@ fn words(key: &str) -> impl Iterator<Item = &str> {
 }
 
 impl<T: Clone> TopicTrie<T> {
+    /// Adds `value` under `binding_key` (after any value already there).
     pub fn insert(&mut self, binding_key: &str, value: T) {
-        let mut node = &mut self.root;
-        for word in words(binding_key) {
-            node = match word {
-                "*" => node.star.get_or_insert_with(Box::default),
-                "#" => node.hash.get_or_insert_with(Box::default),
-                _ => node.words.entry(word.into()).or_default(),
-            };
+        let words: Vec<&str> = words(binding_key).collect();
+        insert_at(&mut self.root, &words, value);
+    }
+
+    /// Removes the first value under `binding_key` that `is_it` picks; whether one was there.
+    /// Nodes left empty are removed, so the trie is the one a build of what remains makes.
+    pub fn remove(&mut self, binding_key: &str, is_it: &dyn Fn(&T) -> bool) -> bool {
+        let words: Vec<&str> = words(binding_key).collect();
+        if !self.contains(&words, is_it) {
+            return false; // no path is copied for nothing
         }
-        node.values.push(value);
+        let removed = remove_at(&mut self.root, &words, is_it);
+        debug_assert!(removed, "invariant: a value found is removed");
+        removed
     }
 
     /// Calls `found` for each value whose binding key matches; a value bound under several
@@ -60,6 +85,96 @@ impl<T: Clone> TopicTrie<T> {
         let words: Vec<&str> = words(routing_key).collect();
         walk(&self.root, &words, found);
     }
+
+    /// Whether a value `is_it` picks is bound under exactly these binding-key words.
+    fn contains(&self, words: &[&str], is_it: &dyn Fn(&T) -> bool) -> bool {
+        let mut node = &self.root;
+        for word in words {
+            let next = match *word {
+                "*" => node.star.as_ref(),
+                "#" => node.hash.as_ref(),
+                _ => node.words.get(*word),
+            };
+            match next {
+                Some(next) => node = next,
+                None => return false,
+            }
+        }
+        node.values.iter().any(is_it)
+    }
+}
+
+fn insert_at<T: Clone>(node: &mut Arc<Node<T>>, words: &[&str], value: T) {
+    // Copies the node only when an older snapshot shares it.
+    let node = Arc::make_mut(node);
+    let Some((word, rest)) = words.split_first() else {
+        node.values.push(value);
+        return;
+    };
+    match *word {
+        "*" => insert_at(node.star.get_or_insert_with(Arc::default), rest, value),
+        "#" => insert_at(node.hash.get_or_insert_with(Arc::default), rest, value),
+        _ => {
+            let mut added = false;
+            let child = node.words.entry_mut(Box::from(*word), || {
+                added = true;
+                Arc::default()
+            });
+            insert_at(child, rest, value);
+            node.word_count += usize::from(added);
+        }
+    }
+}
+
+/// Removes the value (known to be there) and every node the removal leaves empty.
+fn remove_at<T: Clone>(
+    node: &mut Arc<Node<T>>,
+    words: &[&str],
+    is_it: &dyn Fn(&T) -> bool,
+) -> bool {
+    let node = Arc::make_mut(node);
+    let Some((word, rest)) = words.split_first() else {
+        let Some(at) = node.values.iter().position(is_it) else {
+            return false;
+        };
+        node.values.remove(at);
+        return true;
+    };
+    let (removed, emptied) = match *word {
+        "*" | "#" => {
+            let slot = if *word == "*" {
+                &mut node.star
+            } else {
+                &mut node.hash
+            };
+            let Some(child) = slot.as_mut() else {
+                return false;
+            };
+            let removed = remove_at(child, rest, is_it);
+            let emptied = child.is_empty();
+            if emptied {
+                *slot = None;
+            }
+            (removed, false)
+        }
+        _ => {
+            if node.words.get(*word).is_none() {
+                return false;
+            }
+            let child = node.words.entry_mut(Box::from(*word), Arc::default);
+            let removed = remove_at(child, rest, is_it);
+            let emptied = child.is_empty();
+            if emptied {
+                node.words.set(Box::from(*word), None);
+            }
+            (removed, emptied)
+        }
+    };
+    if emptied {
+        debug_assert!(node.word_count > 0, "invariant: a word child was counted");
+        node.word_count -= 1;
+    }
+    removed
 }
 
 fn walk<T>(node: &Node<T>, words: &[&str], found: &mut dyn FnMut(&T)) {
@@ -84,44 +199,5 @@ fn walk<T>(node: &Node<T>, words: &[&str], found: &mut dyn FnMut(&T)) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn matching(bindings: &[&str], routing_key: &str) -> Vec<String> {
-        let mut trie = TopicTrie::default();
-        for key in bindings {
-            trie.insert(key, key.to_string());
-        }
-        let mut found = Vec::new();
-        trie.matches(routing_key, &mut |value: &String| found.push(value.clone()));
-        found.sort();
-        found.dedup();
-        found
-    }
-
-    #[test]
-    fn star_matches_exactly_one_word() {
-        assert_eq!(matching(&["a.*.c"], "a.b.c"), ["a.*.c"]);
-        assert!(matching(&["a.*.c"], "a.c").is_empty());
-        assert!(matching(&["a.*"], "a.b.c").is_empty());
-    }
-
-    #[test]
-    fn hash_matches_zero_or_more_words() {
-        assert_eq!(matching(&["a.#"], "a"), ["a.#"]);
-        assert_eq!(matching(&["a.#"], "a.b.c"), ["a.#"]);
-        assert_eq!(matching(&["#.c"], "c"), ["#.c"]);
-        assert_eq!(matching(&["a.#.c"], "a.c"), ["a.#.c"]);
-        assert_eq!(matching(&["a.#.c"], "a.x.y.c"), ["a.#.c"]);
-        assert_eq!(matching(&["#"], ""), ["#"]);
-        assert!(matching(&["a.#.c"], "a.x.y").is_empty());
-    }
-
-    #[test]
-    fn exact_words_and_empty_keys() {
-        assert_eq!(matching(&["a.b", "a.c"], "a.b"), ["a.b"]);
-        assert_eq!(matching(&[""], ""), [""]);
-        assert!(matching(&[""], "a").is_empty());
-        assert_eq!(matching(&["*.#", "#.*"], "x"), ["#.*", "*.#"]);
-    }
-}
+#[path = "topic_trie_test.rs"]
+mod tests;

@@ -2,15 +2,19 @@
 
 use std::sync::Arc;
 
+use super::rollback::after_deletion;
 use super::*;
 use crate::routing::hash::{self, HashOn};
 
 impl VHost {
     /// Declares (or passively checks) an exchange; returns once it is durable (when it is).
     pub async fn declare_exchange(&self, req: ExchangeDeclare) -> Result<(), BrokerError> {
-        let (completion, ours) = match self.start_declare_exchange(req)? {
-            Some(pending) => pending,
-            None => return Ok(()),
+        let (completion, ours) = loop {
+            match self.start_declare_exchange(req.clone())? {
+                Started::Done => return Ok(()),
+                Started::Pending(completion, ours) => break (completion, ours),
+                Started::AfterDeletion(deletion) => after_deletion(deletion, &req.name).await,
+            }
         };
         match ours {
             Some(name) => {
@@ -44,10 +48,7 @@ impl VHost {
 
     /// The completion to wait for, and the name when this declaration made the exchange
     /// (`None` when it exists and is not on its way to disk).
-    fn start_declare_exchange(
-        &self,
-        req: ExchangeDeclare,
-    ) -> Result<Option<PendingDeclare>, BrokerError> {
+    fn start_declare_exchange(&self, req: ExchangeDeclare) -> Result<Started, BrokerError> {
         check_name("exchange", &req.name)?;
         // Before any lookup, passive too, as RabbitMQ's `check_not_default_exchange`.
         check_not_default_exchange(&req.name)?;
@@ -57,7 +58,14 @@ impl VHost {
                 check_equivalent_exchange(existing, &req)?;
             }
             let pending = meta.pending.get(&Pending::Exchange(existing.name.clone()));
-            return Ok(pending.map(|completion| (completion.clone(), None)));
+            return Ok(match pending {
+                Some(completion) => Started::Pending(completion.clone(), None),
+                None => Started::Done,
+            });
+        }
+        let key = Pending::Exchange(Arc::from(req.name.as_str()));
+        if let Some(deletion) = Self::deleting(&meta, &key) {
+            return Ok(Started::AfterDeletion(deletion));
         }
         if req.passive {
             return Err(self.no_exchange(&req.name));
@@ -70,12 +78,12 @@ impl VHost {
         });
         meta.exchanges.insert(name.clone(), def.clone());
         if !durable {
-            return Ok(None);
+            return Ok(Started::Done);
         }
         let completion = self.submit(vec![VHostChange::PutExchange { exchange: def }]);
         meta.pending
             .insert(Pending::Exchange(name.clone()), completion.clone());
-        Ok(Some((completion, Some(name))))
+        Ok(Started::Pending(completion, Some(name)))
     }
 
     /// A new exchange's definition, once its name, type and arguments are valid.
@@ -108,11 +116,12 @@ impl VHost {
         ))
     }
 
-    /// Deletes an exchange with its bindings. A deletion the store could not write is
-    /// answered with an error: the exchange would come back after a restart.
+    /// Deletes an exchange with its bindings. A deletion the store could not write is rolled
+    /// back (`rollback.rs`) and answered with an error: the exchange would come back after a
+    /// restart.
     pub async fn delete_exchange(&self, name: &str, if_unused: bool) -> Result<(), BrokerError> {
         check_exchange_deletion(name, &self.name)?;
-        let completion = {
+        let pending = {
             let mut meta = self.meta.lock();
             let Some(def) = meta.exchanges.get(name) else {
                 // RabbitMQ treats deleting a missing exchange as done.
@@ -128,10 +137,10 @@ impl VHost {
             let mut removed = Removed::default();
             self.remove_exchange(&mut meta, name, &mut removed);
             let changes = self.apply_removed(&meta, &removed);
-            (!changes.is_empty()).then(|| self.submit(changes))
+            self.submit_deletion(&mut meta, changes, removed)
         };
-        match completion {
-            Some(completion) => completion.wait().await,
+        match pending {
+            Some((completion, undo)) => self.finish_deletion(completion, undo).await,
             None => Ok(()),
         }
     }
@@ -142,13 +151,12 @@ impl VHost {
         let Some(def) = meta.exchanges.remove(name) else {
             return;
         };
-        meta.bindings.remove_source(name);
-        let sources: Vec<Arc<str>> = meta
+        removed.bindings.extend(meta.bindings.remove_source(name));
+        let to_it = meta
             .bindings
-            .remove_destination(&Destination::Exchange(def.name.clone()))
-            .into_iter()
-            .map(|b| b.source)
-            .collect();
+            .remove_destination(&Destination::Exchange(def.name.clone()));
+        let sources: Vec<Arc<str>> = to_it.iter().map(|b| b.source.clone()).collect();
+        removed.bindings.extend(to_it);
         removed.sources.remove(&def.name);
         removed.exchanges.push(def);
         self.auto_delete_exchanges(meta, &sources, removed);
@@ -170,7 +178,12 @@ impl VHost {
             routing_key: Arc::from(routing_key),
             arguments,
         };
-        let (waits, ours) = self.start_bind(&binding, connection)?;
+        let (waits, ours) = loop {
+            match self.start_bind(&binding, connection)? {
+                Bound::Waits(waits, ours) => break (waits, ours),
+                Bound::AfterDeletion(deletion) => after_deletion(deletion, source).await,
+            }
+        };
         match ours {
             Some(completion) => {
                 self.finish_detached(|this| async move {
@@ -212,7 +225,7 @@ impl VHost {
         &self,
         binding: &Binding,
         connection: ConnectionId,
-    ) -> Result<(Vec<Completion>, Option<Completion>), BrokerError> {
+    ) -> Result<Bound, BrokerError> {
         let mut meta = self.meta.lock();
         let source = &*binding.source;
         self.check_binding_ends(&meta, source, &binding.destination, connection)?;
@@ -237,21 +250,25 @@ impl VHost {
             .iter()
             .filter_map(|end| meta.pending.get(end).cloned())
             .collect();
-        if !meta.bindings.insert(binding.clone()) {
+        if meta.bindings.contains(binding) {
             waits.extend(meta.pending.get(&key).cloned());
-            return Ok((waits, None));
+            return Ok(Bound::Waits(waits, None));
         }
+        if let Some(deletion) = Self::deleting(&meta, &key) {
+            return Ok(Bound::AfterDeletion(deletion));
+        }
+        meta.bindings.insert(binding.clone());
         self.update_snapshot(|current| {
             current.with_binding(binding, meta.bindings.of_source(source))
         });
         if !Self::durable_binding(&meta, binding) {
-            return Ok((waits, None));
+            return Ok(Bound::Waits(waits, None));
         }
         let binding = binding.clone();
         let completion = self.submit(vec![VHostChange::PutBinding { binding }]);
         meta.pending.insert(key, completion.clone());
         waits.push(completion.clone());
-        Ok((waits, Some(completion)))
+        Ok(Bound::Waits(waits, Some(completion)))
     }
 
     /// Removes a binding; removing one that does not exist succeeds, as in RabbitMQ, also when
@@ -274,7 +291,7 @@ impl VHost {
             routing_key: Arc::from(routing_key),
             arguments,
         };
-        let completion = {
+        let pending = {
             let mut meta = self.meta.lock();
             // A binding whose source or destination is gone is gone too: unbinding it (or any
             // binding that does not exist) succeeds, as RabbitMQ's `rabbit_db_binding:delete`.
@@ -291,7 +308,10 @@ impl VHost {
             self.update_snapshot(|current| {
                 current.without_binding(&binding, meta.bindings.of_source(source))
             });
-            let mut removed = Removed::default();
+            let mut removed = Removed {
+                bindings: vec![binding.clone()],
+                ..Removed::default()
+            };
             self.auto_delete_exchanges(
                 &mut meta,
                 std::slice::from_ref(&binding.source),
@@ -301,10 +321,10 @@ impl VHost {
             if durable {
                 changes.insert(0, VHostChange::DeleteBinding { binding });
             }
-            (!changes.is_empty()).then(|| self.submit(changes))
+            self.submit_deletion(&mut meta, changes, removed)
         };
-        match completion {
-            Some(completion) => completion.wait().await,
+        match pending {
+            Some((completion, undo)) => self.finish_deletion(completion, undo).await,
             None => Ok(()),
         }
     }
@@ -357,8 +377,24 @@ impl VHost {
     }
 }
 
-/// A declaration's completion, and the exchange's name when this declaration made it.
-type PendingDeclare = (Completion, Option<Arc<str>>);
+/// Where an exchange declaration stands once `meta` is let go.
+enum Started {
+    /// Answered now (it existed, or is not durable).
+    Done,
+    /// A completion to wait for, and the exchange's name when this declaration made it.
+    Pending(Completion, Option<Arc<str>>),
+    /// The name is being deleted: start again once the deletion is durable or rolled back.
+    AfterDeletion(Completion),
+}
+
+/// Where a binding stands once `meta` is let go.
+enum Bound {
+    /// What to wait for (its own write, and those of its ends on their way to disk), and
+    /// the own write's completion when this bind made the binding.
+    Waits(Vec<Completion>, Option<Completion>),
+    /// The same binding is being deleted: start again once that is durable or rolled back.
+    AfterDeletion(Completion),
+}
 
 /// Waits for every completion; the first error, if any.
 async fn wait_all(completions: Vec<Completion>) -> Result<(), BrokerError> {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::exchanges::{check_exclusive, exclusive_locked};
+use super::rollback::after_deletion;
 use super::*;
 use crate::queue::queue_type::QueueType;
 use crate::value::Table;
@@ -15,6 +16,8 @@ enum Declared {
     Wait(QueueHandle, Completion),
     /// Declared here and on its way to disk: answer once it is there, or roll back.
     Writing(QueueHandle, Completion),
+    /// The name is being deleted: start again once the deletion is durable or rolled back.
+    AfterDeletion(Completion),
 }
 
 impl VHost {
@@ -25,19 +28,22 @@ impl VHost {
         req: QueueDeclare,
         connection: ConnectionId,
     ) -> Result<QueueHandle, BrokerError> {
-        match self.start_declare_queue(req, connection)? {
-            Declared::Done(handle) => Ok(handle),
-            Declared::Wait(handle, completion) => {
-                completion.wait().await?;
-                Ok(handle)
-            }
-            Declared::Writing(handle, completion) => {
-                let queue = handle.clone();
-                self.finish_detached(|this| async move {
-                    this.finish_declare_queue(&queue, completion).await
-                })
-                .await?;
-                Ok(handle)
+        loop {
+            match self.start_declare_queue(req.clone(), connection)? {
+                Declared::Done(handle) => return Ok(handle),
+                Declared::Wait(handle, completion) => {
+                    completion.wait().await?;
+                    return Ok(handle);
+                }
+                Declared::Writing(handle, completion) => {
+                    let queue = handle.clone();
+                    self.finish_detached(|this| async move {
+                        this.finish_declare_queue(&queue, completion).await
+                    })
+                    .await?;
+                    return Ok(handle);
+                }
+                Declared::AfterDeletion(deletion) => after_deletion(deletion, &req.name).await,
             }
         }
     }
@@ -66,6 +72,10 @@ impl VHost {
                 Some(completion) => Declared::Wait(existing.clone(), completion.clone()),
                 None => Declared::Done(existing.clone()),
             });
+        }
+        let key = Pending::Queue(Arc::from(req.name.as_str()));
+        if let Some(deletion) = Self::deleting(&meta, &key) {
+            return Ok(Declared::AfterDeletion(deletion));
         }
         if req.passive {
             return Err(self.no_queue(&req.name));
@@ -116,11 +126,12 @@ impl VHost {
             Self::settle(&mut meta, &Pending::Queue(name.clone()), &completion);
             let ours = meta.queues.get(&name).is_some_and(|q| q.same(handle));
             if result.is_err() && ours {
-                let (removed, mut changes) = self.remove_queue(&mut meta, &name);
+                let removed = self.remove_queue(&mut meta, &name);
+                debug_assert!(removed.is_some(), "invariant: ours, so still there");
+                let mut changes = removed.map(|(_, changes)| changes).unwrap_or_default();
                 // Bindings to it that were written meanwhile go with it.
                 changes.push(VHostChange::DeleteQueue { name: name.clone() });
                 drop(self.submit(changes));
-                debug_assert!(removed);
             }
             result.is_err() && ours
         };
@@ -180,8 +191,9 @@ impl VHost {
     }
 
     /// Deletes a queue once it agrees (`if_unused`, `if_empty`); returns the messages it held.
-    /// A deletion the store could not write is answered with an error: the queue (empty)
-    /// would come back after a restart, which the client must learn.
+    /// A deletion the store could not write is rolled back (`rollback.rs`: the queue comes
+    /// back empty, with its bindings, as a restart would bring it back) and answered with an
+    /// error.
     pub async fn delete_queue(
         &self,
         name: &str,
@@ -197,8 +209,17 @@ impl VHost {
                 reply,
             })
             .await??;
-        if let Some(completion) = self.forget_queue(name) {
-            completion.wait().await?;
+        let pending = {
+            let mut meta = self.meta.lock();
+            // Ours only if it is still the queue that was asked to stop.
+            let ours = meta.queues.get(name).is_some_and(|q| q.same(&queue));
+            let removed = ours.then(|| self.remove_durable_queue(&mut meta, name));
+            removed
+                .flatten()
+                .and_then(|(removed, changes)| self.submit_deletion(&mut meta, changes, removed))
+        };
+        if let Some((completion, undo)) = pending {
+            self.finish_deletion(completion, undo).await?;
         }
         Ok(count)
     }
@@ -206,13 +227,24 @@ impl VHost {
     /// Drops a stopped queue's record and bindings (deleted, auto-deleted, exclusive owner
     /// gone). Returns the store's completion when the queue was durable (nothing waits for
     /// it when the queue went by itself; the store logs a failure).
+    /// A queue that went by itself (auto-delete, `x-expires`, its exclusive owner gone) is
+    /// not rolled back when the store fails (nobody asked for it, and a restart brings a
+    /// durable one back): the store logs the failure.
     pub fn forget_queue(&self, name: &str) -> Option<Completion> {
         let mut meta = self.meta.lock();
+        let (_, changes) = self.remove_durable_queue(&mut meta, name)?;
+        (!changes.is_empty()).then(|| self.submit(changes))
+    }
+
+    /// Takes a queue out as `remove_queue` does; the store changes include the queue's own
+    /// record when it is durable.
+    fn remove_durable_queue(
+        &self,
+        meta: &mut Meta,
+        name: &str,
+    ) -> Option<(Removed, Vec<VHostChange>)> {
         let durable = meta.queues.get(name).is_some_and(|q| is_durable(q.def()));
-        let (removed, mut changes) = self.remove_queue(&mut meta, name);
-        if !removed {
-            return None;
-        }
+        let (removed, mut changes) = self.remove_queue(meta, name)?;
         if durable {
             changes.insert(
                 0,
@@ -221,30 +253,25 @@ impl VHost {
                 },
             );
         }
-        (!changes.is_empty()).then(|| self.submit(changes))
+        Some((removed, changes))
     }
 
     /// Takes a queue and its bindings out of `meta` and the snapshot, with the auto-delete
-    /// exchanges that are left unused; whether it was there, and the store changes for the
-    /// exchanges that went with it.
-    fn remove_queue(&self, meta: &mut Meta, name: &str) -> (bool, Vec<VHostChange>) {
-        let Some(queue) = meta.queues.remove(name) else {
-            return (false, Vec::new());
-        };
+    /// exchanges that are left unused; what went (`None` when it was not there), and the
+    /// store changes for the exchanges that went with it.
+    fn remove_queue(&self, meta: &mut Meta, name: &str) -> Option<(Removed, Vec<VHostChange>)> {
+        let queue = meta.queues.remove(name)?;
         let gone = Destination::Queue(queue.name().clone());
         let mut removed = Removed {
-            queues: vec![queue.name().clone()],
+            queues: vec![queue],
             ..Removed::default()
         };
-        let sources: Vec<Arc<str>> = meta
-            .bindings
-            .remove_destination(&gone)
-            .into_iter()
-            .map(|b| b.source)
-            .collect();
+        let to_it = meta.bindings.remove_destination(&gone);
+        let sources: Vec<Arc<str>> = to_it.iter().map(|b| b.source.clone()).collect();
+        removed.bindings = to_it;
         self.auto_delete_exchanges(meta, &sources, &mut removed);
         let changes = self.apply_removed(meta, &removed);
-        (true, changes)
+        Some((removed, changes))
     }
 
     /// Exclusive queues of a closing connection.

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::consumer::{Consumer, Event, Outbox};
 use crate::message::Message;
+use crate::queue::classic::ready::Ready;
 use crate::queue::classic::spawn;
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle, QueueType, SettleOp, Setup};
 use crate::value::Table;

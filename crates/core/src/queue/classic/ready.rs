@@ -206,6 +206,51 @@ impl ReadyQueue {
         }
     }
 
+    /// Recounts what the running totals say (`len`, `memory`, `body_bytes`, each level's
+    /// tombstones) and checks each level's order: fresh sequence numbers ascend, requeued
+    /// ones are keyed by their own. O(n): the caller decides when it is worth it.
+    pub fn check_counts(&self) {
+        let (mut len, mut memory, mut body) = (0, 0, 0);
+        for level in &self.levels {
+            let mut tombstones = 0;
+            let mut previous = None;
+            for ready in &level.fresh {
+                assert!(previous < Some(ready.seq), "invariant: fresh seqs ascend");
+                previous = Some(ready.seq);
+                if ready.stored.gone {
+                    tombstones += 1;
+                    continue;
+                }
+                len += 1;
+                memory += resident_bytes(&ready.stored);
+                body += body_bytes(&ready.stored);
+            }
+            for (seq, ready) in &level.returned {
+                assert_eq!(
+                    *seq, ready.seq,
+                    "invariant: a requeued message under its seq"
+                );
+                assert!(!ready.stored.gone, "invariant: no tombstone is requeued");
+                len += 1;
+                memory += resident_bytes(&ready.stored);
+                body += body_bytes(&ready.stored);
+            }
+            assert_eq!(
+                level.tombstones, tombstones,
+                "invariant: tombstones counted"
+            );
+        }
+        assert_eq!(self.len, len, "invariant: ready count = ready messages");
+        assert_eq!(
+            self.memory, memory,
+            "invariant: memory = resident bytes of ready ones"
+        );
+        assert_eq!(
+            self.body_bytes, body,
+            "invariant: body bytes = sum of ready bodies"
+        );
+    }
+
     fn level_mut(&mut self, level: usize) -> &mut Level {
         let last = self.levels.len() - 1;
         &mut self.levels[level.min(last)]

@@ -1,7 +1,9 @@
 //! A new snapshot from the previous one and one change: what a declaration, deletion or
 //! (un)binding costs. Exchanges the change does not touch are shared with the previous
 //! snapshot; a binding added to or removed from a direct exchange changes one key of its
-//! layered map. Other exchange types rebuild their own table (never the whole vhost's).
+//! layered map, and one of a topic exchange one path of its trie (both persistent: what
+//! the previous snapshot holds is shared, not copied). Other exchange types rebuild their
+//! own table (never the whole vhost's): their tables are lists, rebuilt in one pass.
 
 use std::sync::Arc;
 
@@ -86,7 +88,7 @@ impl RoutingSnapshot {
         let Some(route) = self.exchanges.get(&binding.source) else {
             return self.clone();
         };
-        if route.def.kind != ExchangeType::Direct {
+        if !matches!(route.def.kind, ExchangeType::Direct | ExchangeType::Topic) {
             return self.with_exchange(route.def.clone(), of_source);
         }
         let Some(target) = self.target(&binding.destination) else {
@@ -106,8 +108,18 @@ impl RoutingSnapshot {
         let Some(route) = self.exchanges.get(&binding.source) else {
             return self.clone();
         };
-        let Table_::Direct(map) = &route.table else {
-            return self.with_exchange(route.def.clone(), of_source);
+        let map = match &route.table {
+            Table_::Direct(map) => map,
+            Table_::Topic(trie) => {
+                // Bindings differing only in their arguments each added the same target.
+                let mut trie = trie.clone();
+                let destination = &binding.destination;
+                if !trie.remove(&binding.routing_key, &|t| leads_to(t, destination)) {
+                    return self.clone();
+                }
+                return self.with_table(route, Table_::Topic(trie));
+            }
+            _ => return self.with_exchange(route.def.clone(), of_source),
         };
         let mut targets = map.get(&binding.routing_key).cloned().unwrap_or_default();
         // Bindings differing only in their arguments each added the same target once.
