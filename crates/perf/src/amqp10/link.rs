@@ -99,7 +99,13 @@ impl Link {
         self.flush().await?;
         let header = self.read_header().await?;
         if header != SASL_HEADER {
-            return Err(protocol(&self.what, format!("the peer answered the SASL header with {header:?}; is this an AMQP 1.0 broker (RabbitMQ 3.x needs the rabbitmq_amqp1_0 plugin)?")));
+            return Err(protocol(
+                &self.what,
+                format!(
+                    "the peer answered the SASL header with {header:?}; is this an AMQP 1.0 \
+                     broker (RabbitMQ 3.x needs the rabbitmq_amqp1_0 plugin)?"
+                ),
+            ));
         }
         self.sasl_plain(endpoint).await?;
         self.open_session(endpoint, container).await
@@ -131,11 +137,15 @@ impl Link {
                 FrameBody::Sasl(SaslFrame::Outcome { code: 0, .. }) => break,
                 FrameBody::Sasl(SaslFrame::Outcome { code, .. }) => {
                     return Err(PerfError::Connect(format!(
-                        "{}: SASL PLAIN as user '{}' failed (outcome code {code}); check the user and password in the URL",
+                        "{}: SASL PLAIN as user '{}' failed (outcome code {code}); check the \
+                         user and password in the URL",
                         self.what, endpoint.user
                     )))
                 }
-                other => return Err(protocol(&self.what, format!("unexpected {other:?} during SASL"))),
+                other => {
+                    let why = format!("unexpected {other:?} during SASL");
+                    return Err(protocol(&self.what, why));
+                }
             }
         }
         Ok(())
@@ -541,10 +551,10 @@ pub fn address_refused(address: &str, sender: bool, error: Option<&AmqpError>) -
         },
     );
     PerfError::Broker(format!(
-        "the broker refused {role} address '{address}' ({why}). Use an address of an existing queue: \
-         '/queues/NAME' for RabbitMQ 4 and Warren (declare the queue first, e.g. `warren perf -u NAME \
-         -f persistent --auto-delete false -C 1 -D 1`), or '/amq/queue/NAME' (or --address-v1) for \
-         RabbitMQ 3.x's rabbitmq_amqp1_0 plugin"
+        "the broker refused {role} address '{address}' ({why}). Use an address of an existing \
+         queue: '/queues/NAME' for RabbitMQ 4 and Warren (declare the queue first, e.g. \
+         `warren perf -u NAME -f persistent --auto-delete false -C 1 -D 1`), or \
+         '/amq/queue/NAME' (or --address-v1) for RabbitMQ 3.x's rabbitmq_amqp1_0 plugin"
     ))
 }
 
@@ -572,9 +582,11 @@ const MESSAGE_ID_DIGITS: usize = 10;
 impl TransferTemplate {
     pub fn new(body_size: usize, durable: bool, presettled: bool) -> TransferTemplate {
         let mut out: Vec<u8> = Vec::with_capacity(64 + body_size);
-        out.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]); // size patched below; doff 2, AMQP, channel 0
-        out.extend_from_slice(&[0x00, 0x53, 0x14]); // transfer
-                                                    // list8: handle, delivery-id, delivery-tag, message-format, settled
+        // size (patched below); doff 2, type AMQP, channel 0
+        out.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]);
+        // the transfer's descriptor, then a list8: handle, delivery-id, delivery-tag,
+        // message-format, settled
+        out.extend_from_slice(&[0x00, 0x53, 0x14]);
         let fields_at = out.len();
         out.extend_from_slice(&[0xc0, 0, 5]);
         out.push(0x43); // handle: uint0

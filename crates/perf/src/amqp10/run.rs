@@ -99,7 +99,8 @@ async fn open_pair(
         let v1 = v1_address(&options.address);
         writeln!(
             out,
-            "note: RabbitMQ {} speaks AMQP 1.0 through its rabbitmq_amqp1_0 plugin (address format v1): using '{v1}' for '{}'",
+            "note: RabbitMQ {} speaks AMQP 1.0 through its rabbitmq_amqp1_0 plugin (address \
+             format v1): using '{v1}' for '{}'",
             sender.peer_version, options.address
         )
         .ok();
@@ -128,7 +129,8 @@ async fn open_pair(
     let template = TransferTemplate::new(options.body_size, options.durable, options.presettled);
     if template.bytes.len() > max_frame {
         return Err(PerfError::usage(format!(
-            "--body-size {} makes transfers of {} bytes, more than the broker's max frame size {max_frame}; this tool sends single-frame transfers",
+            "--body-size {} makes transfers of {} bytes, more than the broker's max frame size \
+             {max_frame}; this tool sends single-frame transfers",
             options.body_size,
             template.bytes.len()
         )));
