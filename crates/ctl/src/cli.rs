@@ -149,60 +149,11 @@ pub enum LimitName {
 
 #[derive(Subcommand, Debug)]
 pub enum Declare {
-    Queue {
-        #[arg(long)]
-        name: String,
-        #[arg(long, action = ArgAction::Set, default_value_t = true)]
-        durable: bool,
-        #[arg(long)]
-        auto_delete: bool,
-        /// Queue type (sets the x-queue-type argument); quorum queues and streams are durable.
-        #[arg(long = "type", alias = "queue-type", value_enum)]
-        queue_type: Option<QueueType>,
-        /// Queue arguments as a JSON object, e.g. '{"x-max-length":10}'.
-        #[arg(long)]
-        arguments: Option<String>,
-    },
-    Exchange {
-        #[arg(long)]
-        name: String,
-        /// direct, fanout, topic, headers, or a plugin's type (x-consistent-hash, ...).
-        #[arg(long = "type")]
-        exchange_type: String,
-        #[arg(long, action = ArgAction::Set, default_value_t = true)]
-        durable: bool,
-        #[arg(long)]
-        auto_delete: bool,
-        #[arg(long)]
-        internal: bool,
-        #[arg(long)]
-        arguments: Option<String>,
-    },
+    Queue(QueueArgs),
+    Exchange(ExchangeArgs),
     Binding(BindingArgs),
-    #[command(group(ArgGroup::new("secret").required(true).args(["password", "password_hash"])))]
-    User {
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        password: Option<String>,
-        /// A RabbitMQ password hash (base64 of salt + hash), as in definitions files.
-        #[arg(long)]
-        password_hash: Option<String>,
-        #[arg(long, requires = "password_hash")]
-        hashing_algorithm: Option<String>,
-        /// Comma-separated tags, e.g. administrator or monitoring,policymaker.
-        #[arg(long, default_value = "")]
-        tags: String,
-    },
-    Vhost {
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        description: Option<String>,
-        /// Comma-separated tags.
-        #[arg(long)]
-        tags: Option<String>,
-    },
+    User(UserArgs),
+    Vhost(VhostArgs),
     /// Configure/write/read permissions of a user in --vhost.
     Permission {
         #[arg(long)]
@@ -234,6 +185,71 @@ pub enum Declare {
         #[arg(long, allow_hyphen_values = true)]
         value: i64,
     },
+}
+
+/// A queue (created or updated).
+#[derive(Args, Debug)]
+pub struct QueueArgs {
+    #[arg(long)]
+    pub name: String,
+    #[arg(long, action = ArgAction::Set, default_value_t = true)]
+    pub durable: bool,
+    #[arg(long)]
+    pub auto_delete: bool,
+    /// Queue type (sets the x-queue-type argument); quorum queues and streams are durable.
+    #[arg(long = "type", alias = "queue-type", value_enum)]
+    pub queue_type: Option<QueueType>,
+    /// Queue arguments as a JSON object, e.g. '{"x-max-length":10}'.
+    #[arg(long)]
+    pub arguments: Option<String>,
+}
+
+/// An exchange (created or updated).
+#[derive(Args, Debug)]
+pub struct ExchangeArgs {
+    #[arg(long)]
+    pub name: String,
+    /// direct, fanout, topic, headers, or a plugin's type (x-consistent-hash, ...).
+    #[arg(long = "type")]
+    pub exchange_type: String,
+    #[arg(long, action = ArgAction::Set, default_value_t = true)]
+    pub durable: bool,
+    #[arg(long)]
+    pub auto_delete: bool,
+    #[arg(long)]
+    pub internal: bool,
+    #[arg(long)]
+    pub arguments: Option<String>,
+}
+
+/// A user, with a password or a password hash.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("secret").required(true).args(["password", "password_hash"])))]
+pub struct UserArgs {
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub password: Option<String>,
+    /// A RabbitMQ password hash (base64 of salt + hash), as in definitions files.
+    #[arg(long)]
+    pub password_hash: Option<String>,
+    #[arg(long, requires = "password_hash")]
+    pub hashing_algorithm: Option<String>,
+    /// Comma-separated tags, e.g. administrator or monitoring,policymaker.
+    #[arg(long, default_value = "")]
+    pub tags: String,
+}
+
+/// A virtual host.
+#[derive(Args, Debug)]
+pub struct VhostArgs {
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Comma-separated tags.
+    #[arg(long)]
+    pub tags: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -82,7 +82,9 @@ pub fn render(state: &ApiState, per_object: bool) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let mut f = Family { out: &mut out };
     let queues = queue_stats(state);
-    render_node(state, &mut f);
+    render_resources(state, &mut f);
+    render_identity(state, &mut f);
+    render_process(state, &mut f);
     render_objects(state, &mut f, queues.len());
     render_global(state, &mut f);
     render_delivery_totals(&mut f, &queues);
@@ -107,7 +109,8 @@ fn queue_stats(state: &ApiState) -> Vec<(String, String, QueueStatsSnapshot)> {
     all
 }
 
-fn render_node(state: &ApiState, f: &mut Family<'_>) {
+/// Memory and disk against their limits, and the resource alarms they raise.
+fn render_resources(state: &ApiState, f: &mut Family<'_>) {
     let sample = state.broker.alarms().sample();
     let alarms = state.broker.alarms().current();
     f.single(
@@ -152,6 +155,10 @@ fn render_node(state: &ApiState, f: &mut Family<'_>) {
         "is 1 if file descriptor limit alarm is in effect",
         0,
     );
+}
+
+/// The build and identity info series: constant 1, the facts are in the labels.
+fn render_identity(state: &ApiState, f: &mut Family<'_>) {
     f.header(
         "rabbitmq_build_info",
         "untyped",
@@ -185,6 +192,10 @@ fn render_node(state: &ApiState, f: &mut Family<'_>) {
         ),
         1,
     );
+}
+
+/// The process: open file descriptors against their limit, and uptime.
+fn render_process(state: &ApiState, f: &mut Family<'_>) {
     let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count());
     let max_fds = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current

@@ -1,39 +1,15 @@
 //! `warren perf amqp10` against a Warren started in this process: counts agree on both sides,
 //! latencies are sane, durable runs work and a bad address gets an error naming it and the fix.
 
+mod common;
+
+use common::Broker;
+
 use std::time::Duration;
 
 use warren_perf::amqp10::{Amqp10Options, Amqp10Report};
 
-struct Broker {
-    running: warren_server::RunningBroker,
-    _data_dir: tempfile::TempDir,
-}
-
 impl Broker {
-    async fn start() -> Broker {
-        let data_dir = tempfile::Builder::new()
-            .prefix("warren-perf-amqp10-test-")
-            .tempdir()
-            .unwrap();
-        let config = warren_server::Config {
-            management_port: None,
-            prometheus_port: None,
-            amqp_port: 0,
-            bind_address: [127, 0, 0, 1].into(),
-            data_dir: data_dir.path().to_path_buf(),
-            ..Default::default()
-        };
-        let running = tokio::time::timeout(Duration::from_secs(10), warren_server::start(config))
-            .await
-            .unwrap()
-            .unwrap();
-        Broker {
-            running,
-            _data_dir: data_dir,
-        }
-    }
-
     fn addr(&self) -> String {
         self.running.amqp_addr().to_string()
     }
@@ -90,7 +66,7 @@ fn check_complete(report: &Amqp10Report, count: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_counts_the_same_on_both_sides() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-amqp10-test-").await;
     broker.declare("quiver-short").await;
     let (report, text) = amqp10(&format!(
         "//{}//queues/quiver-short --count 20k --body-size 12 --credit 200",
@@ -110,7 +86,7 @@ async fn a_short_run_counts_the_same_on_both_sides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_durable_run_writes_its_json() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-amqp10-test-").await;
     broker.declare("quiver-durable").await;
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("run.json");
@@ -131,7 +107,7 @@ async fn a_durable_run_writes_its_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_address_names_the_address_and_the_fix() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-amqp10-test-").await;
     for address in ["/queues/no-such-queue", "plainname"] {
         let error = amqp10(&format!("//{}/{address} --count 10", broker.addr()))
             .await

@@ -3,6 +3,10 @@
 //! channels are), the tool connects from the source addresses asked, and every connection
 //! closes cleanly: the broker's count goes back to zero.
 
+mod common;
+
+use common::Broker;
+
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,36 +17,7 @@ const CONNECTIONS: usize = 200;
 /// Longest wait for the broker to see them all open, or all closed.
 const SETTLE: Duration = Duration::from_secs(30);
 
-struct Broker {
-    running: warren_server::RunningBroker,
-    _data_dir: tempfile::TempDir,
-}
-
 impl Broker {
-    async fn start() -> Broker {
-        let data_dir = tempfile::Builder::new()
-            .prefix("warren-perf-connections-")
-            .tempdir()
-            .unwrap();
-        let config = warren_server::Config {
-            management_port: None,
-            prometheus_port: None,
-            amqp_port: 0,
-            bind_address: [127, 0, 0, 1].into(),
-            data_dir: data_dir.path().to_path_buf(),
-            ..Default::default()
-        };
-        let start = warren_server::start(config);
-        let running = tokio::time::timeout(Duration::from_secs(10), start)
-            .await
-            .unwrap()
-            .unwrap();
-        Broker {
-            running,
-            _data_dir: data_dir,
-        }
-    }
-
     /// Waits (bounded) until the broker counts `expected` open connections.
     async fn wait_for_count(&self, expected: usize) {
         let deadline = Instant::now() + SETTLE;
@@ -59,7 +34,7 @@ impl Broker {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_opens_on_the_broker_and_closes_cleanly() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-connections-").await;
     let args = format!(
         "-h amqp://guest:guest@{}/%2f --connections {CONNECTIONS} -z 3 --source-addresses 2 \
          --id t-conns",

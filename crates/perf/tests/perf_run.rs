@@ -2,42 +2,17 @@
 //! the JSON it writes and the counts it reports must agree with each other and with what the
 //! workload must do.
 
+mod common;
+
+use common::Broker;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use warren_perf::report::{Report, Sample};
 
-struct Broker {
-    running: warren_server::RunningBroker,
-    _data_dir: tempfile::TempDir,
-}
-
 impl Broker {
-    async fn start() -> Broker {
-        let data_dir = tempfile::Builder::new()
-            .prefix("warren-perf-test-")
-            .tempdir()
-            .unwrap();
-        let config = warren_server::Config {
-            management_port: None,
-            prometheus_port: None,
-            amqp_port: 0,
-            bind_address: [127, 0, 0, 1].into(),
-            data_dir: data_dir.path().to_path_buf(),
-            ..Default::default()
-        };
-        let start = warren_server::start(config);
-        let running = tokio::time::timeout(Duration::from_secs(10), start)
-            .await
-            .unwrap()
-            .unwrap();
-        Broker {
-            running,
-            _data_dir: data_dir,
-        }
-    }
-
     fn uri(&self) -> String {
         uri_of(self.running.amqp_addr())
     }
@@ -108,7 +83,7 @@ fn check_lines_match_samples(report: &Report, lines: &[String]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn autoack_run_lines_and_json_agree() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("run.json");
     let args = format!(
@@ -133,7 +108,7 @@ async fn autoack_run_lines_and_json_agree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_limits_with_confirms_and_acks_count_exactly() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let args = format!(
         "-h {} -x 2 -X 2 -y 1 -u perf-limits -C 500 -c 20 -q 50 --multi-ack-every 10 -z 30 -s 40",
         broker.uri()
@@ -161,7 +136,7 @@ async fn message_limits_with_confirms_and_acks_count_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_pattern_fanout_and_fixed_rate() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let uri = broker.uri();
     // ten queues, a consumer each; each producer channel feeds one queue
     let args = format!(
@@ -192,7 +167,7 @@ async fn queue_pattern_fanout_and_fixed_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_open_hold_and_close() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let (report, lines) = perf(&format!("-h {} --connections 20 -z 1", broker.uri())).await;
     let c = report.connections.expect("a connections report");
     assert_eq!(
@@ -207,7 +182,7 @@ async fn idle_connections_open_hold_and_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_problem_and_the_fix() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let uri = broker.uri();
     let run = |args: String| async move {
         let args: Vec<String> = args.split_whitespace().map(str::to_owned).collect();
@@ -243,7 +218,7 @@ async fn a_run_draws_its_chart() {
         eprintln!("no DejaVu Sans (fonts-dejavu-core): chart not tested");
         return;
     }
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let dir = tempfile::tempdir().unwrap();
     let (json, png) = (dir.path().join("a.json"), dir.path().join("a.png"));
     let args = format!(
@@ -268,7 +243,7 @@ async fn a_run_draws_its_chart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_order_passes_in_order_and_names_the_first_gap() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let uri = broker.uri();
     // two producers into one queue: each one's sequence arrives in order
     let args = format!(
@@ -303,7 +278,7 @@ async fn verify_order_passes_in_order_and_names_the_first_gap() {
 /// producer's messages over every bound queue (bound with weight `-k 1`), none lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_routing_keys_spread_over_a_consistent_hash_exchange() {
-    let broker = Broker::start().await;
+    let broker = Broker::start("warren-perf-test-").await;
     let args = format!(
         "-h {} -x 1 -y 0 -e perf-hash -t x-consistent-hash -k 1 -K --queue-pattern h-%d \
          --queue-pattern-from 1 --queue-pattern-to 4 -C 4000 -c 100 -z 30",

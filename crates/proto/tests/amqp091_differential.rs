@@ -119,7 +119,8 @@ fn ls(b: &Bytes) -> theirs::LongString {
 
 type Pair = (Method, AMQPClass);
 
-fn connection_pairs() -> Vec<BoxedStrategy<Pair>> {
+/// connection.start, start-ok, tune and tune-ok.
+fn connection_handshake_pairs() -> Vec<BoxedStrategy<Pair>> {
     use connection::AMQPMethod as C;
     vec![
         (any::<u8>(), any::<u8>(), table(), blob(), blob())
@@ -186,6 +187,13 @@ fn connection_pairs() -> Vec<BoxedStrategy<Pair>> {
                 (ours.into(), AMQPClass::Connection(C::Tune(theirs)))
             })
             .boxed(),
+    ]
+}
+
+/// connection.open, close and their -ok replies.
+fn connection_open_close_pairs() -> Vec<BoxedStrategy<Pair>> {
+    use connection::AMQPMethod as C;
+    vec![
         name()
             .prop_map(|vhost| {
                 let ours = ConnectionOpen {
@@ -228,7 +236,8 @@ fn connection_pairs() -> Vec<BoxedStrategy<Pair>> {
     ]
 }
 
-fn channel_and_queue_pairs() -> Vec<BoxedStrategy<Pair>> {
+/// channel.open and channel.close.
+fn channel_pairs() -> Vec<BoxedStrategy<Pair>> {
     vec![
         Just((
             ChannelOpen::default().into(),
@@ -255,6 +264,12 @@ fn channel_and_queue_pairs() -> Vec<BoxedStrategy<Pair>> {
                 )
             })
             .boxed(),
+    ]
+}
+
+/// queue.declare and queue.declare-ok.
+fn queue_pairs() -> Vec<BoxedStrategy<Pair>> {
+    vec![
         (name(), [any::<bool>(); 5], table())
             .prop_map(
                 |(q, [passive, durable, exclusive, auto_delete, nowait], arguments)| {
@@ -302,6 +317,12 @@ fn channel_and_queue_pairs() -> Vec<BoxedStrategy<Pair>> {
                 )
             })
             .boxed(),
+    ]
+}
+
+/// exchange.declare and confirm.select.
+fn exchange_and_confirm_pairs() -> Vec<BoxedStrategy<Pair>> {
+    vec![
         (name(), name(), [any::<bool>(); 5], table())
             .prop_map(
                 |(x, kind, [passive, durable, auto_delete, internal, nowait], arguments)| {
@@ -345,7 +366,8 @@ fn channel_and_queue_pairs() -> Vec<BoxedStrategy<Pair>> {
     ]
 }
 
-fn basic_pairs() -> Vec<BoxedStrategy<Pair>> {
+/// basic.publish and basic.deliver: the methods that carry content.
+fn basic_publish_pairs() -> Vec<BoxedStrategy<Pair>> {
     use basic::AMQPMethod as B;
     vec![
         (name(), name(), any::<bool>(), any::<bool>())
@@ -385,6 +407,13 @@ fn basic_pairs() -> Vec<BoxedStrategy<Pair>> {
                 (ours.into(), AMQPClass::Basic(B::Deliver(theirs)))
             })
             .boxed(),
+    ]
+}
+
+/// basic.nack, basic.ack and basic.reject.
+fn basic_settle_pairs() -> Vec<BoxedStrategy<Pair>> {
+    use basic::AMQPMethod as B;
+    vec![
         (any::<u64>(), any::<bool>(), any::<bool>())
             .prop_map(|(delivery_tag, multiple, requeue)| {
                 let theirs = basic::Nack {
@@ -427,6 +456,13 @@ fn basic_pairs() -> Vec<BoxedStrategy<Pair>> {
                 )
             })
             .boxed(),
+    ]
+}
+
+/// basic.consume, basic.qos and basic.return.
+fn basic_consume_pairs() -> Vec<BoxedStrategy<Pair>> {
+    use basic::AMQPMethod as B;
+    vec![
         (name(), name(), [any::<bool>(); 4], table())
             .prop_map(
                 |(q, tag, [no_local, no_ack, exclusive, nowait], arguments)| {
@@ -489,9 +525,14 @@ fn basic_pairs() -> Vec<BoxedStrategy<Pair>> {
 }
 
 fn any_pair() -> impl Strategy<Value = Pair> {
-    let mut all = connection_pairs();
-    all.extend(channel_and_queue_pairs());
-    all.extend(basic_pairs());
+    let mut all = connection_handshake_pairs();
+    all.extend(connection_open_close_pairs());
+    all.extend(channel_pairs());
+    all.extend(queue_pairs());
+    all.extend(exchange_and_confirm_pairs());
+    all.extend(basic_publish_pairs());
+    all.extend(basic_settle_pairs());
+    all.extend(basic_consume_pairs());
     proptest::strategy::Union::new(all)
 }
 

@@ -128,7 +128,7 @@ fn begin_flow_and_close_both_ways() {
 }
 
 #[test]
-fn attach_transfer_and_disposition_both_ways() {
+fn attach_both_ways() {
     let attach = Fe2o3Attach {
         name: "link-1".into(),
         handle: Handle(2),
@@ -157,7 +157,10 @@ fn attach_transfer_and_disposition_both_ways() {
     let back: Fe2o3Attach = serde_amqp::from_slice(&encoded(&ours_attach)).unwrap();
     assert_eq!(back.name, "link-1");
     assert_eq!(back.source.unwrap().address.as_deref(), Some("/queues/q1"));
+}
 
+#[test]
+fn transfer_both_ways() {
     let transfer = Fe2o3Transfer {
         handle: Handle(2),
         delivery_id: Some(77),
@@ -185,7 +188,10 @@ fn attach_transfer_and_disposition_both_ways() {
     let back: Fe2o3Transfer = serde_amqp::from_slice(&encoded(&ours_transfer)).unwrap();
     assert_eq!(back.delivery_id, Some(77));
     assert!(back.more);
+}
 
+#[test]
+fn disposition_both_ways() {
     let disposition = Fe2o3Disposition {
         role: Role::Receiver,
         first: 10,

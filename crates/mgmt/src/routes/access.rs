@@ -174,13 +174,7 @@ pub async fn user_permissions(
     require(&auth, ADMINISTRATOR)?;
     let access = state.broker.access();
     access.user(&name).ok_or_else(ApiError::not_found)?;
-    let items: Vec<Json_> = access
-        .permissions()
-        .into_iter()
-        .filter(|p| p.user == name)
-        .map(|p| json!(p))
-        .collect();
-    Ok(Json(Json_::Array(items)))
+    Ok(json_array(access.permissions(), |p| p.user == name))
 }
 
 pub async fn user_topic_permissions(
@@ -191,13 +185,15 @@ pub async fn user_topic_permissions(
     require(&auth, ADMINISTRATOR)?;
     let access = state.broker.access();
     access.user(&name).ok_or_else(ApiError::not_found)?;
-    let items: Vec<Json_> = access
-        .topic_permissions()
-        .into_iter()
-        .filter(|p| p.user == name)
-        .map(|p| json!(p))
-        .collect();
-    Ok(Json(Json_::Array(items)))
+    Ok(json_array(access.topic_permissions(), |p| p.user == name))
+}
+
+/// Grants of one kind (`permissions()` or `topic_permissions()`) that `keep` picks, as the
+/// JSON array the per-user and per-vhost routes answer.
+fn json_array<T: serde::Serialize>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> Json<Json_> {
+    Json(Json_::Array(
+        items.into_iter().filter(keep).map(|p| json!(p)).collect(),
+    ))
 }
 
 // ---- vhosts ----
@@ -308,15 +304,9 @@ pub async fn vhost_permissions(
 ) -> ApiResult<Json<Json_>> {
     require(&auth, ADMINISTRATOR)?;
     state.broker.vhost(&name).ok_or_else(ApiError::not_found)?;
-    let items: Vec<Json_> = state
-        .broker
-        .access()
-        .permissions()
-        .into_iter()
-        .filter(|p| p.vhost == name)
-        .map(|p| json!(p))
-        .collect();
-    Ok(Json(Json_::Array(items)))
+    Ok(json_array(state.broker.access().permissions(), |p| {
+        p.vhost == name
+    }))
 }
 
 pub async fn vhost_topic_permissions(
@@ -326,15 +316,9 @@ pub async fn vhost_topic_permissions(
 ) -> ApiResult<Json<Json_>> {
     require(&auth, ADMINISTRATOR)?;
     state.broker.vhost(&name).ok_or_else(ApiError::not_found)?;
-    let items: Vec<Json_> = state
-        .broker
-        .access()
-        .topic_permissions()
-        .into_iter()
-        .filter(|p| p.vhost == name)
-        .map(|p| json!(p))
-        .collect();
-    Ok(Json(Json_::Array(items)))
+    Ok(json_array(state.broker.access().topic_permissions(), |p| {
+        p.vhost == name
+    }))
 }
 
 // ---- permissions ----

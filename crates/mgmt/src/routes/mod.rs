@@ -30,8 +30,22 @@ pub fn api_router(
     state: Arc<ApiState>,
     extend: impl FnOnce(Router<Arc<ApiState>>) -> Router<Arc<ApiState>>,
 ) -> Router {
-    let api = Router::new()
-        .route("/api/overview", get(overview::overview))
+    let api = Router::new();
+    let api = overview_routes(connection_routes(api));
+    let api = binding_routes(queue_routes(exchange_routes(api)));
+    let api = policy_routes(access_routes(api));
+    let api = rabbitmq_4_extras(rabbitmq_4_health_checks(api));
+    extend(unsupported::add(api))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_user,
+        ))
+        .with_state(state)
+}
+
+/// Overview, nodes and the health checks RabbitMQ 3.x had.
+fn overview_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/overview", get(overview::overview))
         .route("/api/nodes", get(overview::nodes))
         .route("/api/nodes/{node}", get(overview::node))
         .route("/api/whoami", get(overview::whoami))
@@ -46,7 +60,11 @@ pub fn api_router(
             get(overview::virtual_hosts),
         )
         .route("/api/aliveness-test/{vhost}", get(overview::aliveness))
-        .route("/api/connections", get(connections::list))
+}
+
+/// Connections, channels and consumers: read, and a connection closed.
+fn connection_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/connections", get(connections::list))
         .route(
             "/api/connections/{name}",
             get(connections::one).delete(connections::close),
@@ -58,7 +76,11 @@ pub fn api_router(
         .route("/api/channels", get(connections::channels))
         .route("/api/consumers", get(connections::consumers))
         .route("/api/consumers/{vhost}", get(connections::consumers_in))
-        .route("/api/exchanges", get(exchanges::list))
+}
+
+/// Exchanges: list, declare, delete, publish, and the bindings they take part in.
+fn exchange_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/exchanges", get(exchanges::list))
         .route("/api/exchanges/{vhost}", get(exchanges::list_in))
         .route(
             "/api/exchanges/{vhost}/{name}",
@@ -78,7 +100,11 @@ pub fn api_router(
             "/api/exchanges/{vhost}/{name}/bindings/destination",
             get(bindings::of_exchange_destination),
         )
-        .route("/api/queues", get(queues::list))
+}
+
+/// Queues: list, declare, delete, purge, get, and their bindings.
+fn queue_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/queues", get(queues::list))
         .route("/api/queues/{vhost}", get(queues::list_in))
         .route(
             "/api/queues/{vhost}/{name}",
@@ -93,7 +119,11 @@ pub fn api_router(
             "/api/queues/{vhost}/{name}/bindings",
             get(bindings::of_queue),
         )
-        .route("/api/bindings", get(bindings::list))
+}
+
+/// Bindings: list, create between a source and a destination, delete one.
+fn binding_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/bindings", get(bindings::list))
         .route("/api/bindings/{vhost}", get(bindings::list_in))
         .route(
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
@@ -102,9 +132,12 @@ pub fn api_router(
         .route(
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
             get(bindings::one).delete(bindings::delete),
-        );
-    let api = api
-        .route("/api/users", get(access::users))
+        )
+}
+
+/// Users, vhosts, permissions and topic permissions.
+fn access_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/users", get(access::users))
         .route(
             "/api/users/{name}",
             get(access::user)
@@ -153,7 +186,11 @@ pub fn api_router(
                 .put(access::put_topic_permission)
                 .delete(access::delete_topic_permission),
         )
-        .route("/api/policies", get(access::policies::<false>))
+}
+
+/// Policies, operator policies, vhost limits and definitions.
+fn policy_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/policies", get(access::policies::<false>))
         .route(
             "/api/policies/{vhost}",
             get(access::policies_in_vhost::<false>),
@@ -184,17 +221,12 @@ pub fn api_router(
         .route(
             "/api/definitions",
             get(access::export_definitions).post(access::import_definitions),
-        );
-    extend(unsupported::add(rabbitmq_4_routes(api)))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_user,
-        ))
-        .with_state(state)
+        )
 }
 
-/// The routes RabbitMQ 4.x added or kept beyond the core set above.
-fn rabbitmq_4_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+/// RabbitMQ 4.x's cluster, version and health-check routes; a single node answers the
+/// quorum and cluster checks as healthy.
+fn rabbitmq_4_health_checks(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
     api.route(
         "/api/cluster-name",
         get(cluster::cluster_name).put(cluster::put_cluster_name),
@@ -259,51 +291,56 @@ fn rabbitmq_4_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
         "/api/vhosts/{vhost}/start/{node}",
         post(cluster::start_vhost),
     )
-    .route("/api/users/bulk-delete", post(extras::bulk_delete_users))
-    .route(
-        "/api/users/without-permissions",
-        get(extras::users_without_permissions),
-    )
-    .route("/api/parameters", get(extras::parameters))
-    .route("/api/parameters/{component}", get(extras::parameters))
-    .route(
-        "/api/parameters/{component}/{vhost}",
-        get(extras::parameters),
-    )
-    .route(
-        "/api/parameters/{component}/{vhost}/{name}",
-        get(extras::parameter)
-            .put(refuse_parameter)
-            .delete(refuse_parameter),
-    )
-    .route("/api/global-parameters", get(extras::global_parameters))
-    .route(
-        "/api/global-parameters/{name}",
-        get(extras::global_parameter),
-    )
-    .route(
-        "/api/definitions/{vhost}",
-        get(extras::export_vhost_definitions).post(extras::import_vhost_definitions),
-    )
-    .route(
-        "/api/all-configuration",
-        get(access::export_definitions).post(access::import_definitions),
-    )
-    .route("/api/queues/detailed", get(queues::list))
-    .route(
-        "/api/queues/{vhost}/{name}/actions",
-        post(extras::queue_actions),
-    )
-    .route("/api/auth/hash_password/{password}", get(extras::hash))
-    .route(
-        "/api/topic-permissions/{vhost}/{user}/{exchange}",
-        delete(access::delete_topic_permission_of),
-    )
-    .route(
-        "/api/connections/username/{username}",
-        get(connections::of_user).delete(connections::close_of_user),
-    )
-    .route("/api/channels/{channel}", get(connections::channel))
+}
+
+/// The other routes RabbitMQ 4.x added or kept beyond the core set: bulk user deletion,
+/// runtime parameters (read-only), per-vhost definitions, queue actions and lookups by name.
+fn rabbitmq_4_extras(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/users/bulk-delete", post(extras::bulk_delete_users))
+        .route(
+            "/api/users/without-permissions",
+            get(extras::users_without_permissions),
+        )
+        .route("/api/parameters", get(extras::parameters))
+        .route("/api/parameters/{component}", get(extras::parameters))
+        .route(
+            "/api/parameters/{component}/{vhost}",
+            get(extras::parameters),
+        )
+        .route(
+            "/api/parameters/{component}/{vhost}/{name}",
+            get(extras::parameter)
+                .put(refuse_parameter)
+                .delete(refuse_parameter),
+        )
+        .route("/api/global-parameters", get(extras::global_parameters))
+        .route(
+            "/api/global-parameters/{name}",
+            get(extras::global_parameter),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(extras::export_vhost_definitions).post(extras::import_vhost_definitions),
+        )
+        .route(
+            "/api/all-configuration",
+            get(access::export_definitions).post(access::import_definitions),
+        )
+        .route("/api/queues/detailed", get(queues::list))
+        .route(
+            "/api/queues/{vhost}/{name}/actions",
+            post(extras::queue_actions),
+        )
+        .route("/api/auth/hash_password/{password}", get(extras::hash))
+        .route(
+            "/api/topic-permissions/{vhost}/{user}/{exchange}",
+            delete(access::delete_topic_permission_of),
+        )
+        .route(
+            "/api/connections/username/{username}",
+            get(connections::of_user).delete(connections::close_of_user),
+        )
+        .route("/api/channels/{channel}", get(connections::channel))
 }
 
 /// Runtime parameters are read-only: Warren's components have their own routes.

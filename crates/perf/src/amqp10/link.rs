@@ -2,11 +2,12 @@
 //! with warren-proto's codec, except the transfer, whose bytes are pre-encoded once and
 //! patched per message (delivery id, tag and the body's stamp).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Interval;
 use warren_proto::amqp10::frame::{encode_empty_frame, encode_frame, encode_sasl_frame};
 use warren_proto::amqp10::performative::{
     AmqpError, Attach, Begin, Close, Disposition, Flow, Open, Performative, Terminus,
@@ -44,8 +45,17 @@ pub struct Link {
     /// The link's delivery-count + link-credit from a flow that came during the attach.
     pub credit_limit: u32,
     pub what: String,
+    /// When `pump` last wrote: a heartbeat goes out after half the peer's idle time-out.
+    last_write: Instant,
     /// WARREN_PERF_AMQP10_TRACE set: every frame received goes to stderr.
     trace: bool,
+}
+
+/// What `Link::pump` waited for.
+enum Event {
+    Read(std::io::Result<usize>),
+    Wrote(std::io::Result<usize>),
+    Tick,
 }
 
 fn protocol(what: &str, why: impl std::fmt::Display) -> PerfError {
@@ -73,6 +83,7 @@ impl Link {
             peer_version: String::new(),
             credit_limit: 0,
             what,
+            last_write: Instant::now(),
             trace: std::env::var_os("WARREN_PERF_AMQP10_TRACE").is_some(),
         };
         tokio::time::timeout(STEP_TIMEOUT * 2, link.handshake(endpoint, container))
@@ -88,8 +99,20 @@ impl Link {
         self.flush().await?;
         let header = self.read_header().await?;
         if header != SASL_HEADER {
-            return Err(protocol(&self.what, format!("the peer answered the SASL header with {header:?}; is this an AMQP 1.0 broker (RabbitMQ 3.x needs the rabbitmq_amqp1_0 plugin)?")));
+            return Err(protocol(
+                &self.what,
+                format!(
+                    "the peer answered the SASL header with {header:?}; is this an AMQP 1.0 \
+                     broker (RabbitMQ 3.x needs the rabbitmq_amqp1_0 plugin)?"
+                ),
+            ));
         }
+        self.sasl_plain(endpoint).await?;
+        self.open_session(endpoint, container).await
+    }
+
+    /// SASL PLAIN with the URL's user and password, up to a successful outcome.
+    async fn sasl_plain(&mut self, endpoint: &Endpoint) -> Result<(), PerfError> {
         loop {
             match self.next_frame().await?.body {
                 FrameBody::Sasl(SaslFrame::Mechanisms(mechanisms)) => {
@@ -114,13 +137,26 @@ impl Link {
                 FrameBody::Sasl(SaslFrame::Outcome { code: 0, .. }) => break,
                 FrameBody::Sasl(SaslFrame::Outcome { code, .. }) => {
                     return Err(PerfError::Connect(format!(
-                        "{}: SASL PLAIN as user '{}' failed (outcome code {code}); check the user and password in the URL",
+                        "{}: SASL PLAIN as user '{}' failed (outcome code {code}); check the \
+                         user and password in the URL",
                         self.what, endpoint.user
                     )))
                 }
-                other => return Err(protocol(&self.what, format!("unexpected {other:?} during SASL"))),
+                other => {
+                    let why = format!("unexpected {other:?} during SASL");
+                    return Err(protocol(&self.what, why));
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Sends the AMQP header, open and begin, and waits for the peer's open and begin.
+    async fn open_session(
+        &mut self,
+        endpoint: &Endpoint,
+        container: &str,
+    ) -> Result<(), PerfError> {
         self.write.put_slice(&AMQP_HEADER);
         let open = Open {
             container_id: container.to_owned(),
@@ -158,15 +194,7 @@ impl Link {
                     performative: Performative::Open(open),
                     ..
                 } => {
-                    self.peer_max_frame = open.max_frame_size.unwrap_or(u32::MAX);
-                    self.peer_idle_ms = open.idle_time_out.unwrap_or(0);
-                    for (key, value) in open.properties.iter().flatten() {
-                        match (key.as_str(), value.as_str()) {
-                            (Some("product"), Some(v)) => self.peer_product = v.to_owned(),
-                            (Some("version"), Some(v)) => self.peer_version = v.to_owned(),
-                            _ => {}
-                        }
-                    }
+                    self.note_open(&open);
                     opened = true;
                 }
                 FrameBody::Amqp {
@@ -188,6 +216,19 @@ impl Link {
                         format!("unexpected {other:?} while opening"),
                     ))
                 }
+            }
+        }
+    }
+
+    /// Keeps what the peer's open says: its max frame size, idle time-out, product and version.
+    fn note_open(&mut self, open: &Open) {
+        self.peer_max_frame = open.max_frame_size.unwrap_or(u32::MAX);
+        self.peer_idle_ms = open.idle_time_out.unwrap_or(0);
+        for (key, value) in open.properties.iter().flatten() {
+            match (key.as_str(), value.as_str()) {
+                (Some("product"), Some(v)) => self.peer_product = v.to_owned(),
+                (Some("version"), Some(v)) => self.peer_version = v.to_owned(),
+                _ => {}
             }
         }
     }
@@ -214,101 +255,10 @@ impl Link {
         presettled: bool,
         durable: bool,
     ) -> Result<(), PerfError> {
-        let terminus = Terminus {
-            address: Some(address.to_owned()),
-            durable: Some(u32::from(durable)),
-            ..Default::default()
-        };
-        let attach = Attach {
-            name: name.to_owned(),
-            handle: 0,
-            role: if sender { ROLE_SENDER } else { ROLE_RECEIVER },
-            snd_settle_mode: Some(if presettled {
-                SND_SETTLED
-            } else {
-                SND_UNSETTLED
-            }),
-            rcv_settle_mode: Some(0),
-            source: Some(if sender {
-                Terminus {
-                    address: Some(name.to_owned()),
-                    ..Default::default()
-                }
-            } else {
-                terminus.clone()
-            }),
-            target: Some(if sender {
-                terminus
-            } else {
-                Terminus {
-                    address: Some(name.to_owned()),
-                    ..Default::default()
-                }
-            }),
-            initial_delivery_count: sender.then_some(0),
-            ..Default::default()
-        };
+        let attach = attach_performative(name, sender, address, presettled, durable);
         self.send(&Performative::Attach(Box::new(attach)));
         self.flush().await?;
-        let step = async {
-            let mut attached_null = false;
-            loop {
-                let frame = self.next_frame().await?;
-                match frame.body {
-                    FrameBody::Amqp {
-                        performative: Performative::Attach(peer),
-                        ..
-                    } => {
-                        let terminus = if sender { &peer.target } else { &peer.source };
-                        if terminus.is_none() {
-                            attached_null = true;
-                            continue;
-                        }
-                        return Ok(());
-                    }
-                    FrameBody::Amqp {
-                        performative: Performative::Detach(detach),
-                        ..
-                    } => return Err(address_refused(address, sender, detach.error.as_ref())),
-                    FrameBody::Amqp {
-                        performative: Performative::End(end),
-                        ..
-                    } => return Err(address_refused(address, sender, end.error.as_ref())),
-                    FrameBody::Amqp {
-                        performative: Performative::Close(close),
-                        ..
-                    } => return Err(address_refused(address, sender, close.error.as_ref())),
-                    FrameBody::Amqp {
-                        performative: Performative::Flow(flow),
-                        ..
-                    } => {
-                        self.peer_incoming_window = match flow.next_incoming_id {
-                            Some(next) => next.wrapping_add(flow.incoming_window),
-                            None => flow.incoming_window,
-                        };
-                        if let (Some(0), Some(credit)) = (flow.handle, flow.link_credit) {
-                            // a null delivery-count: our initial one, 0 (transport.xml, flow)
-                            self.credit_limit =
-                                flow.delivery_count.unwrap_or(0).wrapping_add(credit);
-                        }
-                    }
-                    FrameBody::Empty => {}
-                    other if attached_null => {
-                        return Err(protocol(
-                            &self.what,
-                            format!("unexpected {other:?} after a refused attach"),
-                        ))
-                    }
-                    other => {
-                        return Err(protocol(
-                            &self.what,
-                            format!("unexpected {other:?} while attaching"),
-                        ))
-                    }
-                }
-            }
-        };
-        tokio::time::timeout(STEP_TIMEOUT, step)
+        tokio::time::timeout(STEP_TIMEOUT, self.await_attach(address, sender))
             .await
             .map_err(|_| {
                 PerfError::Broker(format!(
@@ -316,6 +266,100 @@ impl Link {
                     self.what
                 ))
             })?
+    }
+
+    /// Waits for the peer's attach, keeping the credit and window of flows that come first.
+    async fn await_attach(&mut self, address: &str, sender: bool) -> Result<(), PerfError> {
+        let mut attached_null = false;
+        loop {
+            let frame = self.next_frame().await?;
+            let performative = match frame.body {
+                FrameBody::Amqp { performative, .. } => performative,
+                FrameBody::Empty => continue,
+                other => {
+                    return Err(protocol(
+                        &self.what,
+                        format!("unexpected {other:?} while attaching"),
+                    ))
+                }
+            };
+            if let Some(error) = peer_ended(&performative, address, sender) {
+                return Err(error);
+            }
+            match performative {
+                Performative::Attach(peer) => {
+                    let terminus = if sender { &peer.target } else { &peer.source };
+                    if terminus.is_some() {
+                        return Ok(());
+                    }
+                    attached_null = true;
+                }
+                Performative::Flow(flow) => {
+                    let (window_limit, credit_limit) = send_limits(&flow);
+                    self.peer_incoming_window = window_limit;
+                    if let Some(credit_limit) = credit_limit {
+                        self.credit_limit = credit_limit;
+                    }
+                }
+                other => {
+                    let when = if attached_null {
+                        "after a refused attach"
+                    } else {
+                        "while attaching"
+                    };
+                    return Err(protocol(&self.what, format!("unexpected {other:?} {when}")));
+                }
+            }
+        }
+    }
+
+    /// Waits for one of: bytes to read, room to write what is queued, or `tick`. With
+    /// `prefer_write` a ready write goes before a ready read (the receiver's flows and
+    /// dispositions free the sender), else a read goes first (the sender's credit). A tick
+    /// with nothing written for half the peer's idle time-out queues a heartbeat.
+    pub async fn pump(&mut self, tick: &mut Interval, prefer_write: bool) -> Result<(), PerfError> {
+        let (mut reader, mut writer) = self.stream.split();
+        let pending = !self.write.is_empty();
+        let event = if prefer_write {
+            tokio::select! {
+                biased;
+                n = writer.write(&self.write), if pending => Event::Wrote(n),
+                n = reader.read_buf(&mut self.read) => Event::Read(n),
+                _ = tick.tick() => Event::Tick,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                n = reader.read_buf(&mut self.read) => Event::Read(n),
+                n = writer.write(&self.write), if pending => Event::Wrote(n),
+                _ = tick.tick() => Event::Tick,
+            }
+        };
+        match event {
+            Event::Read(n) => {
+                if n.map_err(|e| PerfError::io(&self.what, &e))? == 0 {
+                    return Err(PerfError::Broker(format!(
+                        "{}: the broker closed the socket",
+                        self.what
+                    )));
+                }
+            }
+            Event::Wrote(n) => {
+                let n = n.map_err(|e| PerfError::io(&self.what, &e))?;
+                self.write.advance(n);
+                self.last_write = Instant::now();
+            }
+            Event::Tick => {
+                let idle = Duration::from_millis(u64::from(self.peer_idle_ms / 2).max(1));
+                if self.peer_idle_ms > 0
+                    && self.last_write.elapsed() >= idle
+                    && self.write.is_empty()
+                {
+                    self.send_heartbeat();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Queues a performative for writing.
@@ -422,6 +466,73 @@ fn link_what(endpoint: &Endpoint) -> String {
     format!("the AMQP 1.0 connection to {}", endpoint.address())
 }
 
+/// Our attach of link handle 0: the far end's terminus names `address`, ours the link.
+fn attach_performative(
+    name: &str,
+    sender: bool,
+    address: &str,
+    presettled: bool,
+    durable: bool,
+) -> Attach {
+    let far = Terminus {
+        address: Some(address.to_owned()),
+        durable: Some(u32::from(durable)),
+        ..Default::default()
+    };
+    let near = Terminus {
+        address: Some(name.to_owned()),
+        ..Default::default()
+    };
+    let (source, target) = if sender { (near, far) } else { (far, near) };
+    Attach {
+        name: name.to_owned(),
+        handle: 0,
+        role: if sender { ROLE_SENDER } else { ROLE_RECEIVER },
+        snd_settle_mode: Some(if presettled {
+            SND_SETTLED
+        } else {
+            SND_UNSETTLED
+        }),
+        rcv_settle_mode: Some(0),
+        source: Some(source),
+        target: Some(target),
+        initial_delivery_count: sender.then_some(0),
+        ..Default::default()
+    }
+}
+
+/// What a flow from the broker says of our sending limits: the session's (next-incoming-id +
+/// incoming-window), and link 0's (delivery-count + link-credit) when it grants link 0 credit.
+pub fn send_limits(flow: &Flow) -> (u32, Option<u32>) {
+    let window_limit = match flow.next_incoming_id {
+        Some(next) => next.wrapping_add(flow.incoming_window),
+        None => flow.incoming_window,
+    };
+    let credit_limit = match (flow.handle, flow.link_credit) {
+        // a null delivery-count: our initial one, 0 (transport.xml, flow)
+        (Some(0), Some(credit)) => Some(flow.delivery_count.unwrap_or(0).wrapping_add(credit)),
+        _ => None,
+    };
+    (window_limit, credit_limit)
+}
+
+/// The deliveries a disposition settles (first..=last).
+pub fn settled_count(disposition: &Disposition) -> u64 {
+    let last = disposition.last.unwrap_or(disposition.first);
+    u64::from(last.wrapping_sub(disposition.first)) + 1
+}
+
+/// The error when the broker detaches the link, ends the session or closes the connection.
+pub fn peer_ended(performative: &Performative, address: &str, sender: bool) -> Option<PerfError> {
+    let error = match performative {
+        Performative::Detach(detach) => detach.error.as_ref(),
+        Performative::End(end) => end.error.as_ref(),
+        Performative::Close(close) => close.error.as_ref(),
+        _ => return None,
+    };
+    Some(address_refused(address, sender, error))
+}
+
 /// The error for an attach the broker refused: names the address and the fix.
 pub fn address_refused(address: &str, sender: bool, error: Option<&AmqpError>) -> PerfError {
     let role = if sender {
@@ -440,10 +551,10 @@ pub fn address_refused(address: &str, sender: bool, error: Option<&AmqpError>) -
         },
     );
     PerfError::Broker(format!(
-        "the broker refused {role} address '{address}' ({why}). Use an address of an existing queue: \
-         '/queues/NAME' for RabbitMQ 4 and Warren (declare the queue first, e.g. `warren perf -u NAME \
-         -f persistent --auto-delete false -C 1 -D 1`), or '/amq/queue/NAME' (or --address-v1) for \
-         RabbitMQ 3.x's rabbitmq_amqp1_0 plugin"
+        "the broker refused {role} address '{address}' ({why}). Use an address of an existing \
+         queue: '/queues/NAME' for RabbitMQ 4 and Warren (declare the queue first, e.g. \
+         `warren perf -u NAME -f persistent --auto-delete false -C 1 -D 1`), or \
+         '/amq/queue/NAME' (or --address-v1) for RabbitMQ 3.x's rabbitmq_amqp1_0 plugin"
     ))
 }
 
@@ -471,9 +582,11 @@ const MESSAGE_ID_DIGITS: usize = 10;
 impl TransferTemplate {
     pub fn new(body_size: usize, durable: bool, presettled: bool) -> TransferTemplate {
         let mut out: Vec<u8> = Vec::with_capacity(64 + body_size);
-        out.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]); // size patched below; doff 2, AMQP, channel 0
-        out.extend_from_slice(&[0x00, 0x53, 0x14]); // transfer
-                                                    // list8: handle, delivery-id, delivery-tag, message-format, settled
+        // size (patched below); doff 2, type AMQP, channel 0
+        out.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]);
+        // the transfer's descriptor, then a list8: handle, delivery-id, delivery-tag,
+        // message-format, settled
+        out.extend_from_slice(&[0x00, 0x53, 0x14]);
         let fields_at = out.len();
         out.extend_from_slice(&[0xc0, 0, 5]);
         out.push(0x43); // handle: uint0

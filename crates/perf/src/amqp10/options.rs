@@ -138,18 +138,7 @@ pub fn v1_address(address: &str) -> String {
 impl Amqp10Options {
     /// `None` for `--help`.
     pub fn parse(args: &[String]) -> Result<Option<Amqp10Options>, PerfError> {
-        let mut url = None;
-        let mut count = None;
-        let mut duration_s = None;
-        let mut body_size = 100usize;
-        let mut credit = 1000u32;
-        let mut durable = false;
-        let mut presettled = false;
-        let mut timeout_s = None;
-        let mut address_v1 = false;
-        let mut output = None;
-        let mut json = None;
-        let mut quiet = false;
+        let mut given = Given::default();
         let mut i = 0;
         while i < args.len() {
             let arg = args[i].as_str();
@@ -166,67 +155,98 @@ impl Amqp10Options {
                     .cloned()
                     .ok_or_else(|| PerfError::usage(format!("{flag} needs a value")))
             };
-            match flag {
-                "-h" | "--help" => return Ok(None),
-                "--count" | "-m" => count = Some(parse_count(&value()?)?),
-                "--duration" | "-d" => duration_s = Some(parse_seconds(&value()?)?),
-                "--body-size" => {
-                    let v = value()?;
-                    body_size = parse_count(&v)?
-                        .try_into()
-                        .map_err(|_| PerfError::usage(format!("bad --body-size '{v}'")))?;
-                }
-                "--credit" => {
-                    let v = value()?;
-                    credit = parse_count(&v)?
-                        .try_into()
-                        .ok()
-                        .filter(|c| *c > 0)
-                        .ok_or_else(|| {
-                            PerfError::usage(format!("bad --credit '{v}' (1 or more)"))
-                        })?;
-                }
-                "--transaction-size" => {
-                    value()?;
-                }
-                "--durable" => durable = true,
-                "--presettled" => presettled = true,
-                "--settlement" => {
-                    let v = value()?;
-                    presettled = match v.as_str() {
-                        "presettled" | "settled" | "at-most-once" => true,
-                        "unsettled" | "at-least-once" => false,
-                        _ => {
-                            return Err(PerfError::usage(format!(
-                                "bad --settlement '{v}' (presettled or unsettled)"
-                            )))
-                        }
-                    };
-                }
-                "--timeout" => timeout_s = Some(parse_seconds(&value()?)?.ceil() as u64),
-                "--address-v1" => address_v1 = true,
-                "--output" => output = Some(PathBuf::from(value()?)),
-                "--json" => json = Some(PathBuf::from(value()?)),
-                "--quiet" | "-q" => quiet = true,
-                "--verbose" | "--init-only" => {}
-                _ if arg.starts_with('-') && arg != "-" => {
-                    return Err(PerfError::usage(format!(
-                        "unknown flag '{arg}' (warren perf amqp10 --help lists them)"
-                    )))
-                }
-                _ if url.is_none() => url = Some(arg.to_owned()),
-                _ => return Err(PerfError::usage(format!("unexpected argument '{arg}'"))),
+            if !given.apply(flag, arg, &mut value)? {
+                return Ok(None);
             }
             i += 1;
         }
-        let url = url.ok_or_else(|| {
+        given.into_options().map(Some)
+    }
+}
+
+/// The command line as given, before the defaults that depend on each other (count, timeout).
+struct Given {
+    url: Option<String>,
+    count: Option<u64>,
+    duration_s: Option<f64>,
+    body_size: usize,
+    credit: u32,
+    durable: bool,
+    presettled: bool,
+    timeout_s: Option<u64>,
+    address_v1: bool,
+    output: Option<PathBuf>,
+    json: Option<PathBuf>,
+    quiet: bool,
+}
+
+impl Default for Given {
+    fn default() -> Given {
+        Given {
+            url: None,
+            count: None,
+            duration_s: None,
+            body_size: 100,
+            credit: 1000,
+            durable: false,
+            presettled: false,
+            timeout_s: None,
+            address_v1: false,
+            output: None,
+            json: None,
+            quiet: false,
+        }
+    }
+}
+
+impl Given {
+    /// Takes one flag (`value` reads its value) or the URL; `false` for `--help`.
+    fn apply(
+        &mut self,
+        flag: &str,
+        arg: &str,
+        value: &mut dyn FnMut() -> Result<String, PerfError>,
+    ) -> Result<bool, PerfError> {
+        match flag {
+            "-h" | "--help" => return Ok(false),
+            "--count" | "-m" => self.count = Some(parse_count(&value()?)?),
+            "--duration" | "-d" => self.duration_s = Some(parse_seconds(&value()?)?),
+            "--body-size" => self.body_size = parse_body_size(&value()?)?,
+            "--credit" => self.credit = parse_credit(&value()?)?,
+            "--transaction-size" => {
+                value()?;
+            }
+            "--durable" => self.durable = true,
+            "--presettled" => self.presettled = true,
+            "--settlement" => self.presettled = parse_settlement(&value()?)?,
+            "--timeout" => self.timeout_s = Some(parse_seconds(&value()?)?.ceil() as u64),
+            "--address-v1" => self.address_v1 = true,
+            "--output" => self.output = Some(PathBuf::from(value()?)),
+            "--json" => self.json = Some(PathBuf::from(value()?)),
+            "--quiet" | "-q" => self.quiet = true,
+            "--verbose" | "--init-only" => {}
+            _ if arg.starts_with('-') && arg != "-" => {
+                return Err(PerfError::usage(format!(
+                    "unknown flag '{arg}' (warren perf amqp10 --help lists them)"
+                )))
+            }
+            _ if self.url.is_none() => self.url = Some(arg.to_owned()),
+            _ => return Err(PerfError::usage(format!("unexpected argument '{arg}'"))),
+        }
+        Ok(true)
+    }
+
+    /// The options: a count of 1m unless `--duration` bounds the run, and a timeout of 10 s
+    /// more than the run should take at 2,000 msg/s (at most an hour).
+    fn into_options(self) -> Result<Amqp10Options, PerfError> {
+        let url = self.url.ok_or_else(|| {
             PerfError::usage("warren perf amqp10 needs a URL, e.g. //127.0.0.1:5672//queues/q")
         })?;
         let (endpoint, mut address) = parse_url(&url)?;
-        if address_v1 {
+        if self.address_v1 {
             address = v1_address(&address);
         }
-        let count = match (count, duration_s) {
+        let count = match (self.count, self.duration_s) {
             (Some(c), _) => c,
             (None, Some(_)) => u64::MAX,
             (None, None) => 1_000_000,
@@ -234,22 +254,50 @@ impl Amqp10Options {
         if count == 0 {
             return Err(PerfError::usage("--count must be at least 1"));
         }
-        let expected_s = duration_s.unwrap_or(count as f64 / 2_000.0).min(3600.0);
-        Ok(Some(Amqp10Options {
+        let expected_s = self
+            .duration_s
+            .unwrap_or(count as f64 / 2_000.0)
+            .min(3600.0);
+        Ok(Amqp10Options {
             endpoint,
             address,
             count,
-            duration_s,
-            body_size: crate::body::body_size(body_size),
-            credit,
-            durable,
-            presettled,
-            timeout_s: timeout_s.unwrap_or(10 + expected_s.ceil() as u64),
-            address_v1,
-            output,
-            json,
-            quiet,
-        }))
+            duration_s: self.duration_s,
+            body_size: crate::body::body_size(self.body_size),
+            credit: self.credit,
+            durable: self.durable,
+            presettled: self.presettled,
+            timeout_s: self.timeout_s.unwrap_or(10 + expected_s.ceil() as u64),
+            address_v1: self.address_v1,
+            output: self.output,
+            json: self.json,
+            quiet: self.quiet,
+        })
+    }
+}
+
+fn parse_body_size(text: &str) -> Result<usize, PerfError> {
+    parse_count(text)?
+        .try_into()
+        .map_err(|_| PerfError::usage(format!("bad --body-size '{text}'")))
+}
+
+fn parse_credit(text: &str) -> Result<u32, PerfError> {
+    parse_count(text)?
+        .try_into()
+        .ok()
+        .filter(|c| *c > 0)
+        .ok_or_else(|| PerfError::usage(format!("bad --credit '{text}' (1 or more)")))
+}
+
+/// quiver's `--settlement`: `true` for pre-settled.
+fn parse_settlement(text: &str) -> Result<bool, PerfError> {
+    match text {
+        "presettled" | "settled" | "at-most-once" => Ok(true),
+        "unsettled" | "at-least-once" => Ok(false),
+        _ => Err(PerfError::usage(format!(
+            "bad --settlement '{text}' (presettled or unsettled)"
+        ))),
     }
 }
 

@@ -6,16 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_proto::amqp10::message::{Body, Sections};
 use warren_proto::amqp10::performative::{
     DeliveryState, Disposition, Flow, Performative, ROLE_RECEIVER,
 };
 use warren_proto::amqp10::FrameBody;
 
-use super::link::{Link, TransferTemplate, WINDOW};
+use super::link::{peer_ended, send_limits, settled_count, Link, TransferTemplate, WINDOW};
 use super::options::{v1_address, Amqp10Options};
 use super::report::Amqp10Report;
 use crate::body::Stamp;
@@ -53,6 +52,43 @@ struct ReceiverEnd {
 
 /// Runs the pair; progress lines and the RESULTS block go to `out`.
 pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10Report, PerfError> {
+    let (options, sender, receiver, template) = open_pair(options, out).await?;
+    write_banner(&options, out);
+    let counters = Arc::new(Counters::default());
+    let start = Instant::now();
+    let receiver_task = tokio::spawn(receive(receiver, options.clone(), counters.clone()));
+    let sender_task = tokio::spawn(send(
+        sender,
+        options.clone(),
+        template,
+        counters.clone(),
+        start,
+    ));
+    let finished = || receiver_task.is_finished() && sender_task.is_finished();
+    let timed_out = watch(&options, out, &counters, start, finished).await;
+    counters.stop.store(true, Ordering::Relaxed);
+    let sender_end = join(sender_task.await)?;
+    let receiver_end = join(receiver_task.await)?;
+    let report = report_of(
+        &options,
+        &counters,
+        timed_out,
+        start,
+        &sender_end,
+        &receiver_end,
+    );
+    report.write_results(out);
+    report.write_files(&options)?;
+    Ok(report)
+}
+
+/// Connects and attaches the sender and the receiver. A RabbitMQ 3.x broker gets the v1 form
+/// of a v2 address (its plugin knows no other), said on `out`. Refuses a body that would not
+/// fit one frame.
+async fn open_pair(
+    options: &Amqp10Options,
+    out: &mut impl Write,
+) -> Result<(Amqp10Options, Link, Link, TransferTemplate), PerfError> {
     let mut options = options.clone();
     let mut sender = Link::connect(&options.endpoint, "warren-perf-amqp10-sender").await?;
     if !options.address_v1
@@ -63,7 +99,8 @@ pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10
         let v1 = v1_address(&options.address);
         writeln!(
             out,
-            "note: RabbitMQ {} speaks AMQP 1.0 through its rabbitmq_amqp1_0 plugin (address format v1): using '{v1}' for '{}'",
+            "note: RabbitMQ {} speaks AMQP 1.0 through its rabbitmq_amqp1_0 plugin (address \
+             format v1): using '{v1}' for '{}'",
             sender.peer_version, options.address
         )
         .ok();
@@ -92,11 +129,17 @@ pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10
     let template = TransferTemplate::new(options.body_size, options.durable, options.presettled);
     if template.bytes.len() > max_frame {
         return Err(PerfError::usage(format!(
-            "--body-size {} makes transfers of {} bytes, more than the broker's max frame size {max_frame}; this tool sends single-frame transfers",
+            "--body-size {} makes transfers of {} bytes, more than the broker's max frame size \
+             {max_frame}; this tool sends single-frame transfers",
             options.body_size,
             template.bytes.len()
         )));
     }
+    Ok((options, sender, receiver, template))
+}
+
+/// The line that says what runs, then the progress lines' head.
+fn write_banner(options: &Amqp10Options, out: &mut impl Write) {
     writeln!(
         out,
         "warren perf amqp10: {} address '{}', count {}, body {} bytes, credit {}, {}{}",
@@ -124,26 +167,24 @@ pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10
     if !options.quiet {
         writeln!(out, "{}", super::report::PROGRESS_HEAD).ok();
     }
+}
 
-    let counters = Arc::new(Counters::default());
-    let start = Instant::now();
-    let receiver_task = tokio::spawn(receive(receiver, options.clone(), counters.clone()));
-    let sender_task = tokio::spawn(send(
-        sender,
-        options.clone(),
-        template,
-        counters.clone(),
-        start,
-    ));
-
+/// Prints a progress line a second until both tasks are `finished`, or stops them at the
+/// timeout; `true` when it timed out.
+async fn watch(
+    options: &Amqp10Options,
+    out: &mut impl Write,
+    counters: &Counters,
+    start: Instant,
+    finished: impl Fn() -> bool,
+) -> bool {
     let deadline = start + Duration::from_secs(options.timeout_s);
     let mut ticker = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_secs(1),
         Duration::from_secs(1),
     );
     let mut last = (0u64, 0u64, 0u64, 0u64);
-    let mut timed_out = false;
-    while !receiver_task.is_finished() || !sender_task.is_finished() {
+    while !finished() {
         tokio::select! {
             _ = ticker.tick() => {}
             () = tokio::time::sleep(Duration::from_millis(20)) => {
@@ -177,28 +218,36 @@ pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10
         }
         last = now;
         if Instant::now() > deadline {
-            timed_out = true;
             counters.stop.store(true, Ordering::Relaxed);
-            break;
+            return true;
         }
     }
-    counters.stop.store(true, Ordering::Relaxed);
-    let sender_end = join(sender_task.await)?;
-    let receiver_end = join(receiver_task.await)?;
+    false
+}
+
+/// The report of a finished run: complete when nothing timed out, the sender finished and
+/// every settled message was received.
+fn report_of(
+    options: &Amqp10Options,
+    counters: &Counters,
+    timed_out: bool,
+    start: Instant,
+    sender_end: &SenderEnd,
+    receiver_end: &ReceiverEnd,
+) -> Amqp10Report {
     let sent = counters.sent.load(Ordering::Relaxed);
     let accepted = counters.accepted.load(Ordering::Relaxed);
-    let refused = counters.refused.load(Ordering::Relaxed);
     let received = counters.received.load(Ordering::Relaxed);
     let settled_target = if options.presettled { sent } else { accepted };
     let complete = !timed_out
         && counters.sender_done.load(Ordering::Relaxed)
         && received >= settled_target
         && (sent == options.count || options.duration_s.is_some());
-    let report = Amqp10Report::new(
-        &options,
+    Amqp10Report::new(
+        options,
         sent,
-        if options.presettled { sent } else { accepted },
-        refused,
+        settled_target,
+        counters.refused.load(Ordering::Relaxed),
         received,
         complete,
         start,
@@ -207,10 +256,7 @@ pub async fn run(options: &Amqp10Options, out: &mut impl Write) -> Result<Amqp10
         receiver_end.first_received,
         receiver_end.last_received,
         &receiver_end.histogram,
-    );
-    report.write_results(out);
-    report.write_files(&options)?;
-    Ok(report)
+    )
 }
 
 fn join<T>(r: Result<Result<T, PerfError>, tokio::task::JoinError>) -> Result<T, PerfError> {
@@ -221,6 +267,88 @@ fn credit_left(limit: u32, count: u32) -> i64 {
     i64::from(limit.wrapping_sub(count) as i32)
 }
 
+/// Counts a disposition's deliveries as accepted or refused; returns how many it settles.
+fn tally(disposition: &Disposition, counters: &Counters) -> u64 {
+    let n = settled_count(disposition);
+    if matches!(disposition.state, Some(DeliveryState::Accepted)) {
+        counters.accepted.fetch_add(n, Ordering::Relaxed);
+    } else {
+        counters.refused.fetch_add(n, Ordering::Relaxed);
+    }
+    n
+}
+
+/// The sender's side of the link and session: ids, limits and counts.
+struct SendState {
+    /// Session next-outgoing-id and link delivery-count: both start at 0 and move together.
+    next_id: u32,
+    /// delivery-count + link-credit as the broker last said.
+    credit_limit: u32,
+    /// The broker's next-incoming-id + incoming-window as it last said.
+    window_limit: u32,
+    sent: u64,
+    settled: u64,
+    first_sent: Option<Instant>,
+    last_settled: Instant,
+    sequence: u32,
+}
+
+impl SendState {
+    /// Takes a flow's limits and a disposition's settlements.
+    fn on_performative(&mut self, performative: &Performative, counters: &Counters) {
+        match performative {
+            Performative::Flow(flow) => {
+                let (window_limit, credit_limit) = send_limits(flow);
+                self.window_limit = window_limit;
+                if let Some(credit_limit) = credit_limit {
+                    self.credit_limit = credit_limit;
+                }
+            }
+            Performative::Disposition(d) if d.role == ROLE_RECEIVER => {
+                self.settled += tally(d, counters);
+                self.last_settled = Instant::now();
+            }
+            _ => {}
+        }
+    }
+
+    /// Queues transfers while credit, the session window and the write batch allow.
+    fn fill(
+        &mut self,
+        link: &mut Link,
+        template: &TransferTemplate,
+        options: &Amqp10Options,
+        counters: &Counters,
+    ) {
+        let mut batch = 0;
+        while self.sent < options.count
+            && link.write.len() < WRITE_BATCH_BYTES
+            && credit_left(self.credit_limit, self.next_id) > 0
+            && credit_left(self.window_limit, self.next_id) > 0
+        {
+            let stamp = Stamp {
+                sequence: self.sequence,
+                sent_ns: clock::now_ns(),
+                producer: 0,
+            };
+            template.write(&mut link.write, self.next_id, &stamp);
+            self.next_id = self.next_id.wrapping_add(1);
+            self.sequence = self.sequence.wrapping_add(1);
+            self.sent += 1;
+            batch += 1;
+        }
+        if batch > 0 {
+            self.first_sent.get_or_insert_with(Instant::now);
+            counters.sent.store(self.sent, Ordering::Relaxed);
+            if options.presettled {
+                self.settled = self.sent;
+                counters.accepted.store(self.sent, Ordering::Relaxed);
+                self.last_settled = Instant::now();
+            }
+        }
+    }
+}
+
 async fn send(
     mut link: Link,
     options: Amqp10Options,
@@ -228,193 +356,68 @@ async fn send(
     counters: Arc<Counters>,
     start: Instant,
 ) -> Result<SenderEnd, PerfError> {
-    let mut next_id: u32 = 0; // session next-outgoing-id and link delivery-count: both from 0
-    let mut credit_limit: u32 = link.credit_limit; // delivery-count + link-credit as the broker last said
-    let mut window_limit: u32 = link.peer_incoming_window;
-    let mut sent: u64 = 0;
-    let mut settled: u64 = 0;
-    let mut first_sent = None;
-    let mut last_settled = Instant::now();
+    let mut state = SendState {
+        next_id: 0,
+        credit_limit: link.credit_limit,
+        window_limit: link.peer_incoming_window,
+        sent: 0,
+        settled: 0,
+        first_sent: None,
+        last_settled: Instant::now(),
+        sequence: 0,
+    };
     let stop_sending_at = options
         .duration_s
         .map(|d| start + Duration::from_secs_f64(d));
-    let mut last_write = Instant::now();
-    let idle = Duration::from_millis(u64::from(link.peer_idle_ms / 2).max(1));
-    let mut sequence: u32 = 0;
     let mut tick = tokio::time::interval(TICK);
     loop {
         while let Some(frame) = link.decode_buffered()? {
             let FrameBody::Amqp { performative, .. } = frame.body else {
                 continue;
             };
-            match performative {
-                Performative::Flow(flow) => {
-                    if let Some(next_incoming) = flow.next_incoming_id {
-                        window_limit = next_incoming.wrapping_add(flow.incoming_window);
-                    } else {
-                        window_limit = flow.incoming_window;
-                    }
-                    if flow.handle == Some(0) {
-                        if let Some(credit) = flow.link_credit {
-                            // a null delivery-count: our initial one, 0 (transport.xml, flow)
-                            credit_limit = flow.delivery_count.unwrap_or(0).wrapping_add(credit);
-                        }
-                    }
-                }
-                Performative::Disposition(d) if d.role == ROLE_RECEIVER => {
-                    let n = u64::from(d.last.unwrap_or(d.first).wrapping_sub(d.first)) + 1;
-                    match d.state {
-                        Some(DeliveryState::Accepted) => {
-                            counters.accepted.fetch_add(n, Ordering::Relaxed);
-                        }
-                        _ => {
-                            counters.refused.fetch_add(n, Ordering::Relaxed);
-                        }
-                    }
-                    settled += n;
-                    last_settled = Instant::now();
-                }
-                Performative::Detach(detach) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        true,
-                        detach.error.as_ref(),
-                    ));
-                }
-                Performative::End(end) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        true,
-                        end.error.as_ref(),
-                    ));
-                }
-                Performative::Close(close) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        true,
-                        close.error.as_ref(),
-                    ));
-                }
-                _ => {}
+            if let Some(error) = peer_ended(&performative, &options.address, true) {
+                return Err(error);
             }
+            state.on_performative(&performative, &counters);
         }
-        let sending = sent < options.count && !counters.stop.load(Ordering::Relaxed);
-        if sending {
-            if let Some(at) = stop_sending_at {
-                if Instant::now() >= at {
-                    // quiver's --duration: stop here; what was sent is the count
-                    return finish_sender(
-                        link,
-                        options,
-                        counters,
-                        sent,
-                        settled,
-                        first_sent,
-                        last_settled,
-                        true,
-                    )
-                    .await;
-                }
+        if state.sent < options.count && !counters.stop.load(Ordering::Relaxed) {
+            if stop_sending_at.is_some_and(|at| Instant::now() >= at) {
+                // quiver's --duration: stop here; what was sent is the count
+                return finish_sender(link, options, counters, state, true).await;
             }
-            let mut batch = 0;
-            while sent < options.count
-                && link.write.len() < WRITE_BATCH_BYTES
-                && credit_left(credit_limit, next_id) > 0
-                && credit_left(window_limit, next_id) > 0
-            {
-                let stamp = Stamp {
-                    sequence,
-                    sent_ns: clock::now_ns(),
-                    producer: 0,
-                };
-                template.write(&mut link.write, next_id, &stamp);
-                next_id = next_id.wrapping_add(1);
-                sequence = sequence.wrapping_add(1);
-                sent += 1;
-                batch += 1;
-            }
-            if batch > 0 {
-                first_sent.get_or_insert_with(Instant::now);
-                counters.sent.store(sent, Ordering::Relaxed);
-                if options.presettled {
-                    settled = sent;
-                    counters.accepted.store(sent, Ordering::Relaxed);
-                    last_settled = Instant::now();
-                }
-            }
+            state.fill(&mut link, &template, &options, &counters);
         }
-        let all_sent = sent >= options.count;
-        if (all_sent && settled >= sent && link.write.is_empty())
+        let all_sent = state.sent >= options.count;
+        if (all_sent && state.settled >= state.sent && link.write.is_empty())
             || counters.stop.load(Ordering::Relaxed)
         {
-            return finish_sender(
-                link,
-                options,
-                counters,
-                sent,
-                settled,
-                first_sent,
-                last_settled,
-                false,
-            )
-            .await;
+            return finish_sender(link, options, counters, state, false).await;
         }
-        let (mut reader, mut writer) = link.stream.split();
-        tokio::select! {
-            biased;
-            n = reader.read_buf(&mut link.read) => {
-                let n = n.map_err(|e| PerfError::io(&link.what, &e))?;
-                if n == 0 {
-                    return Err(PerfError::Broker(format!("{}: the broker closed the socket", link.what)));
-                }
-            }
-            n = writer.write(&link.write), if !link.write.is_empty() => {
-                let n = n.map_err(|e| PerfError::io(&link.what, &e))?;
-                link.write.advance(n);
-                last_write = Instant::now();
-                continue;
-            }
-            _ = tick.tick() => {
-                if link.peer_idle_ms > 0 && last_write.elapsed() >= idle && link.write.is_empty() {
-                    link.send_heartbeat();
-                }
-                continue;
-            }
-        }
+        link.pump(&mut tick, false).await?;
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn finish_sender(
     mut link: Link,
     options: Amqp10Options,
     counters: Arc<Counters>,
-    sent: u64,
-    mut settled: u64,
-    first_sent: Option<Instant>,
-    mut last_settled: Instant,
+    mut state: SendState,
     wait_settles: bool,
 ) -> Result<SenderEnd, PerfError> {
-    counters.sent.store(sent, Ordering::Relaxed);
+    counters.sent.store(state.sent, Ordering::Relaxed);
     link.flush().await?;
     if wait_settles && !options.presettled {
         // after --duration: the dispositions still on their way
         let wait = async {
-            while settled < sent && !counters.stop.load(Ordering::Relaxed) {
+            while state.settled < state.sent && !counters.stop.load(Ordering::Relaxed) {
                 let frame = link.next_frame().await?;
                 if let FrameBody::Amqp {
                     performative: Performative::Disposition(d),
                     ..
                 } = frame.body
                 {
-                    let n = u64::from(d.last.unwrap_or(d.first).wrapping_sub(d.first)) + 1;
-                    if matches!(d.state, Some(DeliveryState::Accepted)) {
-                        counters.accepted.fetch_add(n, Ordering::Relaxed);
-                    } else {
-                        counters.refused.fetch_add(n, Ordering::Relaxed);
-                    }
-                    settled += n;
-                    last_settled = Instant::now();
+                    state.settled += tally(&d, &counters);
+                    state.last_settled = Instant::now();
                 }
             }
             Ok::<(), PerfError>(())
@@ -424,8 +427,8 @@ async fn finish_sender(
     counters.sender_done.store(true, Ordering::Relaxed);
     link.close().await;
     Ok(SenderEnd {
-        first_sent,
-        last_settled,
+        first_sent: state.first_sent,
+        last_settled: state.last_settled,
     })
 }
 
@@ -456,38 +459,30 @@ fn stamp_of(payload: &Bytes, body_size: usize) -> Option<Stamp> {
     }
 }
 
-async fn receive(
-    mut link: Link,
-    options: Amqp10Options,
-    counters: Arc<Counters>,
-) -> Result<ReceiverEnd, PerfError> {
-    let credit = options.credit;
-    let mut next_incoming_id = link.peer_next_outgoing_id;
-    let mut delivery_count: u32 = 0;
-    let mut credit_limit: u32 = credit;
-    let mut received: u64 = 0;
-    let mut latency_sum: u64 = 0;
-    let mut histogram = new_histogram();
-    let mut first_received = None;
-    let mut last_received = Instant::now();
-    let mut partial = BytesMut::new();
-    let mut last_write = Instant::now();
-    let idle = Duration::from_millis(u64::from(link.peer_idle_ms / 2).max(1));
-    let flow = |next_incoming_id: u32, delivery_count: u32| Flow {
-        next_incoming_id: Some(next_incoming_id),
-        incoming_window: WINDOW,
-        next_outgoing_id: 0,
-        outgoing_window: WINDOW,
-        handle: Some(0),
-        delivery_count: Some(delivery_count),
-        link_credit: Some(credit),
-        ..Default::default()
-    };
-    link.send_flow(flow(next_incoming_id, 0));
-    let mut tick = tokio::time::interval(TICK);
-    loop {
+/// The receiver's side of the link and session: ids, credit, counts and latencies.
+struct ReceiveState {
+    next_incoming_id: u32,
+    delivery_count: u32,
+    /// delivery-count + link-credit as we last granted.
+    credit_limit: u32,
+    received: u64,
+    latency_sum: u64,
+    histogram: Histogram<u64>,
+    first_received: Option<Instant>,
+    last_received: Instant,
+    /// The transfers so far of a message sent in several (`more`).
+    partial: BytesMut,
+}
+
+impl ReceiveState {
+    /// Takes the buffered frames: counts and times each whole message; returns the range of
+    /// unsettled delivery ids to accept.
+    fn take_buffered(
+        &mut self,
+        link: &mut Link,
+        options: &Amqp10Options,
+    ) -> Result<Option<(u32, u32)>, PerfError> {
         let mut unsettled: Option<(u32, u32)> = None;
-        let before = received;
         while let Some(frame) = link.decode_buffered()? {
             let FrameBody::Amqp {
                 performative,
@@ -496,67 +491,100 @@ async fn receive(
             else {
                 continue;
             };
-            match performative {
-                Performative::Transfer(t) => {
-                    next_incoming_id = next_incoming_id.wrapping_add(1);
-                    if let Some(id) = t.delivery_id {
-                        if t.settled != Some(true) {
-                            unsettled = Some(match unsettled {
-                                Some((first, _)) => (first, id),
-                                None => (id, id),
-                            });
-                        }
-                    }
-                    if t.more {
-                        partial.extend_from_slice(&payload);
-                        continue;
-                    }
-                    let payload = if partial.is_empty() {
-                        payload
-                    } else {
-                        partial.extend_from_slice(&payload);
-                        partial.split().freeze()
-                    };
-                    received += 1;
-                    delivery_count = delivery_count.wrapping_add(1);
-                    if let Some(stamp) = stamp_of(&payload, options.body_size) {
-                        let latency_us = clock::now_ns().saturating_sub(stamp.sent_ns) / 1000;
-                        histogram.saturating_record(latency_us.max(1));
-                        latency_sum += latency_us;
-                    }
+            if let Some(error) = peer_ended(&performative, &options.address, false) {
+                return Err(error);
+            }
+            if let Performative::Transfer(t) = performative {
+                if let (Some(id), false) = (t.delivery_id, t.settled == Some(true)) {
+                    unsettled = Some(unsettled.map_or((id, id), |(first, _)| (first, id)));
                 }
-                Performative::Detach(detach) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        false,
-                        detach.error.as_ref(),
-                    ));
-                }
-                Performative::End(end) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        false,
-                        end.error.as_ref(),
-                    ));
-                }
-                Performative::Close(close) => {
-                    return Err(super::link::address_refused(
-                        &options.address,
-                        false,
-                        close.error.as_ref(),
-                    ));
-                }
-                _ => {}
+                self.on_transfer(t.more, payload, options.body_size);
             }
         }
-        if received > before {
+        Ok(unsettled)
+    }
+
+    /// One transfer: a part of a message is kept until its last part; a whole message is
+    /// counted and its stamp's latency recorded.
+    fn on_transfer(&mut self, more: bool, payload: Bytes, body_size: usize) {
+        self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
+        if more {
+            self.partial.extend_from_slice(&payload);
+            return;
+        }
+        let payload = if self.partial.is_empty() {
+            payload
+        } else {
+            self.partial.extend_from_slice(&payload);
+            self.partial.split().freeze()
+        };
+        self.received += 1;
+        self.delivery_count = self.delivery_count.wrapping_add(1);
+        if let Some(stamp) = stamp_of(&payload, body_size) {
+            let latency_us = clock::now_ns().saturating_sub(stamp.sent_ns) / 1000;
+            self.histogram.saturating_record(latency_us.max(1));
+            self.latency_sum += latency_us;
+        }
+    }
+}
+
+/// Our flow for link 0: `credit` from `delivery_count`, and windows wide open.
+fn receiver_flow(next_incoming_id: u32, delivery_count: u32, credit: u32) -> Flow {
+    Flow {
+        next_incoming_id: Some(next_incoming_id),
+        incoming_window: WINDOW,
+        next_outgoing_id: 0,
+        outgoing_window: WINDOW,
+        handle: Some(0),
+        delivery_count: Some(delivery_count),
+        link_credit: Some(credit),
+        ..Default::default()
+    }
+}
+
+/// The receiver is done when it has every message the sender had settled, or the count, or
+/// the run stops.
+fn receiver_done(options: &Amqp10Options, counters: &Counters, received: u64) -> bool {
+    let target = if options.presettled {
+        counters.sent.load(Ordering::Relaxed)
+    } else {
+        counters.accepted.load(Ordering::Relaxed)
+    };
+    (counters.sender_done.load(Ordering::Relaxed) && received >= target)
+        || received >= options.count
+        || counters.stop.load(Ordering::Relaxed)
+}
+
+async fn receive(
+    mut link: Link,
+    options: Amqp10Options,
+    counters: Arc<Counters>,
+) -> Result<ReceiverEnd, PerfError> {
+    let credit = options.credit;
+    let mut state = ReceiveState {
+        next_incoming_id: link.peer_next_outgoing_id,
+        delivery_count: 0,
+        credit_limit: credit,
+        received: 0,
+        latency_sum: 0,
+        histogram: new_histogram(),
+        first_received: None,
+        last_received: Instant::now(),
+        partial: BytesMut::new(),
+    };
+    link.send_flow(receiver_flow(state.next_incoming_id, 0, credit));
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        let before = state.received;
+        let unsettled = state.take_buffered(&mut link, &options)?;
+        if state.received > before {
             let now = Instant::now();
-            first_received.get_or_insert(now);
-            last_received = now;
-            counters.received.store(received, Ordering::Relaxed);
+            state.first_received.get_or_insert(now);
+            state.last_received = now;
+            counters.received.store(state.received, Ordering::Relaxed);
             counters
                 .latency_sum_us
-                .store(latency_sum, Ordering::Relaxed);
+                .store(state.latency_sum, Ordering::Relaxed);
         }
         if let Some((first, last)) = unsettled {
             link.send_disposition(Disposition {
@@ -568,49 +596,22 @@ async fn receive(
                 batchable: false,
             });
         }
-        if credit_left(credit_limit, delivery_count) <= i64::from(credit / 2) {
-            link.send_flow(flow(next_incoming_id, delivery_count));
-            credit_limit = delivery_count.wrapping_add(credit);
+        if credit_left(state.credit_limit, state.delivery_count) <= i64::from(credit / 2) {
+            link.send_flow(receiver_flow(
+                state.next_incoming_id,
+                state.delivery_count,
+                credit,
+            ));
+            state.credit_limit = state.delivery_count.wrapping_add(credit);
         }
-        let done = {
-            let target = if options.presettled {
-                counters.sent.load(Ordering::Relaxed)
-            } else {
-                counters.accepted.load(Ordering::Relaxed)
-            };
-            (counters.sender_done.load(Ordering::Relaxed) && received >= target)
-                || received >= options.count
-                || counters.stop.load(Ordering::Relaxed)
-        };
-        if done && link.write.is_empty() {
+        if receiver_done(&options, &counters, state.received) && link.write.is_empty() {
             link.close().await;
             return Ok(ReceiverEnd {
-                first_received,
-                last_received,
-                histogram,
+                first_received: state.first_received,
+                last_received: state.last_received,
+                histogram: state.histogram,
             });
         }
-        let (mut reader, mut writer) = link.stream.split();
-        tokio::select! {
-            biased;
-            n = writer.write(&link.write), if !link.write.is_empty() => {
-                let n = n.map_err(|e| PerfError::io(&link.what, &e))?;
-                link.write.advance(n);
-                last_write = Instant::now();
-                continue;
-            }
-            n = reader.read_buf(&mut link.read) => {
-                let n = n.map_err(|e| PerfError::io(&link.what, &e))?;
-                if n == 0 {
-                    return Err(PerfError::Broker(format!("{}: the broker closed the socket", link.what)));
-                }
-            }
-            _ = tick.tick() => {
-                if link.peer_idle_ms > 0 && last_write.elapsed() >= idle && link.write.is_empty() {
-                    link.send_heartbeat();
-                }
-                continue;
-            }
-        }
+        link.pump(&mut tick, true).await?;
     }
 }

@@ -130,7 +130,15 @@ fn malformed_values_are_errors() {
     ));
 }
 
+/// One of each performative, with fields set to values that are not their defaults.
 fn performatives() -> Vec<Performative> {
+    let mut all = link_performatives();
+    all.extend(delivery_performatives());
+    all
+}
+
+/// The performatives that open and grant: open, begin, attach, flow.
+fn link_performatives() -> Vec<Performative> {
     vec![
         Performative::Open(Box::new(Open {
             container_id: "c1".into(),
@@ -178,6 +186,13 @@ fn performatives() -> Vec<Performative> {
             drain: true,
             ..Default::default()
         }),
+    ]
+}
+
+/// The performatives that move and settle messages, and those that end: transfer,
+/// disposition, detach, end, close.
+fn delivery_performatives() -> Vec<Performative> {
+    vec![
         Performative::Transfer(Transfer {
             handle: 0,
             delivery_id: Some(9),
@@ -340,11 +355,9 @@ fn message_sections_decode_with_zero_copy_data() {
     assert!(sections.bare_at > 0);
 }
 
-/// `decode_kept` (the broker's publish path) accepts exactly what `decode` accepts, with the
-/// same offsets, on a message with every section kind and on every truncation and one-byte
-/// corruption of it.
-#[test]
-fn decode_kept_agrees_with_decode() {
+/// A message with every section kind: header, message annotations, properties, application
+/// properties (with nested values) and two data sections.
+fn every_section_message() -> Vec<u8> {
     let mut out = BytesMut::new();
     Header {
         durable: true,
@@ -377,33 +390,44 @@ fn decode_kept_agrees_with_decode() {
     out.extend_from_slice(b"hello");
     crate::amqp10::message::encode_data_head(&mut out, 2);
     out.extend_from_slice(b"!!");
-    let whole = out.to_vec();
-    let agree = |bytes: Vec<u8>| {
-        let bytes = Bytes::from(bytes);
-        let (full, kept) = (Sections::decode(&bytes), Sections::decode_kept(&bytes));
-        assert_eq!(full.is_ok(), kept.is_ok(), "{bytes:?}: {full:?} / {kept:?}");
-        if let (Ok(full), Ok(kept)) = (full, kept) {
-            assert_eq!(kept.header, full.header);
-            assert_eq!(kept.properties, full.properties);
-            assert_eq!(
-                (
-                    full.annotations_at,
-                    full.bare_at,
-                    full.body_at,
-                    full.body_end
-                ),
-                (
-                    kept.annotations_at,
-                    kept.bare_at,
-                    kept.body_at,
-                    kept.body_end
-                )
-            );
-        }
-    };
+    out.to_vec()
+}
+
+/// Asserts that `decode_kept` and `decode` agree on `bytes`: both fail, or both succeed with the
+/// same header, properties and section offsets.
+fn assert_kept_agrees(bytes: Vec<u8>) {
+    let bytes = Bytes::from(bytes);
+    let (full, kept) = (Sections::decode(&bytes), Sections::decode_kept(&bytes));
+    assert_eq!(full.is_ok(), kept.is_ok(), "{bytes:?}: {full:?} / {kept:?}");
+    if let (Ok(full), Ok(kept)) = (full, kept) {
+        assert_eq!(kept.header, full.header);
+        assert_eq!(kept.properties, full.properties);
+        assert_eq!(
+            (
+                full.annotations_at,
+                full.bare_at,
+                full.body_at,
+                full.body_end
+            ),
+            (
+                kept.annotations_at,
+                kept.bare_at,
+                kept.body_at,
+                kept.body_end
+            )
+        );
+    }
+}
+
+/// `decode_kept` (the broker's publish path) accepts exactly what `decode` accepts, with the
+/// same offsets, on a message with every section kind and on every truncation and one-byte
+/// corruption of it.
+#[test]
+fn decode_kept_agrees_with_decode() {
+    let whole = every_section_message();
     assert!(Sections::decode_kept(&Bytes::from(whole.clone())).is_ok());
     for cut in 0..whole.len() {
-        agree(whole[..cut].to_vec());
+        assert_kept_agrees(whole[..cut].to_vec());
     }
     for i in 0..whole.len() {
         for byte in [
@@ -420,7 +444,7 @@ fn decode_kept_agrees_with_decode() {
         ] {
             let mut copy = whole.clone();
             copy[i] = byte;
-            agree(copy);
+            assert_kept_agrees(copy);
         }
     }
 }

@@ -121,6 +121,25 @@ impl Cursor<'_> {
     }
 }
 
+/// The field list after the 3-byte descriptor: (field count, first field's offset, offset past
+/// the list). Only list0 and list8, the encodings a hot performative comes in; `None` for a
+/// list32 or a size that overruns `body`, which the general decoder then judges.
+#[inline]
+fn field_list(body: &Bytes) -> Option<(usize, usize, usize)> {
+    match *body.get(3)? {
+        0x45 => Some((0, 4, 4)),
+        0xc0 => {
+            let size = usize::from(*body.get(4)?);
+            let count = usize::from(*body.get(5)?);
+            if size < 1 || count > size || 5 + size > body.len() {
+                return None;
+            }
+            Some((count, 6, 5 + size))
+        }
+        _ => None,
+    }
+}
+
 /// Decodes a transfer or disposition at the start of `body` (a frame body), returning the
 /// performative and the bytes it took; `None` when the general decoder must be used.
 pub fn decode_hot(body: &Bytes) -> Option<(Performative, usize)> {
@@ -131,18 +150,7 @@ pub fn decode_hot(body: &Bytes) -> Option<(Performative, usize)> {
     if which != code::TRANSFER && which != code::DISPOSITION {
         return None;
     }
-    let (count, start, end) = match *body.get(3)? {
-        0x45 => (0usize, 4usize, 4usize),
-        0xc0 => {
-            let size = usize::from(*body.get(4)?);
-            let count = usize::from(*body.get(5)?);
-            if size < 1 || count > size || 5 + size > body.len() {
-                return None;
-            }
-            (count, 6, 5 + size)
-        }
-        _ => return None,
-    };
+    let (count, start, end) = field_list(body)?;
     let mut c = Cursor {
         buf: body,
         pos: start,

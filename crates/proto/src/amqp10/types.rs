@@ -208,8 +208,44 @@ impl<'a> Reader<'a> {
         self.body(code, depth)
     }
 
-    /// Reads the value that follows format code `code`.
+    /// Reads the value that follows format code `code`: the variable-width and compound
+    /// encodings here, the fixed-width ones in [`Reader::fixed`].
     fn body(&mut self, code: u8, depth: usize) -> Result<Value, DecodeError> {
+        let offset = self.pos;
+        Ok(match code {
+            0xa0 | 0xb0 => Value::Binary(self.variable(code, "binary")?),
+            0xa1 | 0xb1 => {
+                let bytes = self.variable(code, "string")?;
+                if std::str::from_utf8(&bytes).is_err() {
+                    return Err(DecodeError::BadUtf8 {
+                        what: "string",
+                        offset,
+                    });
+                }
+                Value::String(bytes)
+            }
+            0xa3 | 0xb3 => {
+                let bytes = self.variable(code, "symbol")?;
+                if !bytes.is_ascii() {
+                    return Err(DecodeError::BadUtf8 {
+                        what: "symbol",
+                        offset,
+                    });
+                }
+                Value::Symbol(bytes)
+            }
+            0x45 => Value::List(Vec::new()),
+            0xc0 | 0xd0 => Value::List(self.compound(code, depth, "list")?),
+            0xc1 | 0xd1 => self.map_body(code, depth)?,
+            0xe0 | 0xf0 => Value::Array(self.array_body(code, depth)?),
+            _ => self.fixed(code)?,
+        })
+    }
+
+    /// Reads the value of a fixed-width format code (null, booleans, numbers, char, timestamp,
+    /// uuid); any other code is not AMQP 1.0's.
+    #[inline]
+    fn fixed(&mut self, code: u8) -> Result<Value, DecodeError> {
         let offset = self.pos;
         Ok(match code {
             0x40 => Value::Null,
@@ -244,49 +280,28 @@ impl<'a> Reader<'a> {
             }
             0x83 => Value::Timestamp(i64::from_be_bytes(self.array("timestamp")?)),
             0x98 => Value::Uuid(self.array("uuid")?),
-            0xa0 | 0xb0 => Value::Binary(self.variable(code, "binary")?),
-            0xa1 | 0xb1 => {
-                let bytes = self.variable(code, "string")?;
-                if std::str::from_utf8(&bytes).is_err() {
-                    return Err(DecodeError::BadUtf8 {
-                        what: "string",
-                        offset,
-                    });
-                }
-                Value::String(bytes)
-            }
-            0xa3 | 0xb3 => {
-                let bytes = self.variable(code, "symbol")?;
-                if !bytes.is_ascii() {
-                    return Err(DecodeError::BadUtf8 {
-                        what: "symbol",
-                        offset,
-                    });
-                }
-                Value::Symbol(bytes)
-            }
-            0x45 => Value::List(Vec::new()),
-            0xc0 | 0xd0 => Value::List(self.compound(code, depth, "list")?),
-            0xc1 | 0xd1 => {
-                let items = self.compound(code, depth, "map")?;
-                if items.len() % 2 != 0 {
-                    return Err(DecodeError::BadCount {
-                        what: "map",
-                        offset,
-                        count: u32::try_from(items.len()).unwrap_or(u32::MAX),
-                        size: 0,
-                    });
-                }
-                let mut pairs = Vec::with_capacity(items.len() / 2);
-                let mut items = items.into_iter();
-                while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                    pairs.push((k, v));
-                }
-                Value::Map(pairs)
-            }
-            0xe0 | 0xf0 => Value::Array(self.array_body(code, depth)?),
             _ => return Err(DecodeError::BadFormatCode { code, offset }),
         })
+    }
+
+    /// Reads a map8 or map32 body: its items, paired; an odd count is malformed.
+    fn map_body(&mut self, code: u8, depth: usize) -> Result<Value, DecodeError> {
+        let offset = self.pos;
+        let items = self.compound(code, depth, "map")?;
+        if items.len() % 2 != 0 {
+            return Err(DecodeError::BadCount {
+                what: "map",
+                offset,
+                count: u32::try_from(items.len()).unwrap_or(u32::MAX),
+                size: 0,
+            });
+        }
+        let mut pairs = Vec::with_capacity(items.len() / 2);
+        let mut items = items.into_iter();
+        while let (Some(k), Some(v)) = (items.next(), items.next()) {
+            pairs.push((k, v));
+        }
+        Ok(Value::Map(pairs))
     }
 
     /// Refuses a value nested deeper than [`NESTING_MAX`] (`value` and `skip` alike).
