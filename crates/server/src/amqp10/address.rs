@@ -16,7 +16,10 @@ pub enum Address {
 /// Parses a v2 address; the error text says what is wrong, for the client.
 pub fn parse(address: &str) -> Result<Address, String> {
     let invalid = || {
-        format!("address '{address}' is not in RabbitMQ's address format v2 (/exchanges/:exchange[/:routing-key] or /queues/:queue)")
+        format!(
+            "address '{address}' is not in RabbitMQ's address format v2 \
+             (/exchanges/:exchange[/:routing-key] or /queues/:queue)"
+        )
     };
     if let Some(rest) = address.strip_prefix("/queues/") {
         if rest.is_empty() || rest.contains('/') {

@@ -125,26 +125,24 @@ impl Connection {
         let link_target = match target.address.as_deref() {
             None => LinkTarget::Anonymous,
             Some(MANAGEMENT_ADDRESS) => LinkTarget::Management,
-            Some(text) => match address::parse(text) {
-                Err(text) => return Err(AmqpError::new(condition::INVALID_FIELD, text)),
-                Ok(Address::Queue(queue)) => {
-                    // Through the default exchange, as RabbitMQ: write on amq.default.
-                    self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                    self.vhost().queue(&queue, self.id).map_err(broker_error)?;
-                    LinkTarget::Queue(Name::new(queue))
-                }
-                Ok(Address::Exchange {
-                    exchange,
-                    routing_key,
-                }) => {
-                    self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
-                    self.check_exchange(&exchange)?;
-                    LinkTarget::Exchange {
+            Some(text) => {
+                let address = address::parse(text)
+                    .map_err(|text| AmqpError::new(condition::INVALID_FIELD, text))?;
+                self.check_writable(&address)?;
+                match address {
+                    Address::Queue(queue) => {
+                        self.vhost().queue(&queue, self.id).map_err(broker_error)?;
+                        LinkTarget::Queue(Name::new(queue))
+                    }
+                    Address::Exchange {
+                        exchange,
+                        routing_key,
+                    } => LinkTarget::Exchange {
                         exchange: Name::new(exchange),
                         routing_key: Name::new(routing_key),
-                    }
+                    },
                 }
-            },
+            }
         };
         let reply = Attach {
             name: attach.name.clone(),
@@ -172,7 +170,19 @@ impl Connection {
         })
     }
 
-    pub(super) fn check_exchange(&self, exchange: &str) -> Result<(), AmqpError> {
+    /// Whether the user may publish to `address`: to a queue through the default exchange
+    /// (as RabbitMQ: write on amq.default), or to an exchange that exists.
+    pub(super) fn check_writable(&self, address: &Address) -> Result<(), AmqpError> {
+        match address {
+            Address::Queue(_) => self.check(Perm::Write, ResourceKind::Exchange, ""),
+            Address::Exchange { exchange, .. } => {
+                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
+                self.check_exchange(exchange)
+            }
+        }
+    }
+
+    fn check_exchange(&self, exchange: &str) -> Result<(), AmqpError> {
         let vhost = self.vhost();
         if vhost.snapshot().exchange(exchange).is_none() {
             return Err(AmqpError::new(
@@ -447,6 +457,10 @@ impl Connection {
             self.pending_requeue(&delivery.queue, delivery.seq);
             return;
         };
+        debug_assert!(
+            link.queue_credit > 0,
+            "invariant: a queue delivers only on credit"
+        );
         link.queue_credit = link.queue_credit.saturating_sub(1);
         let grant = queue_grant(link, self.shared.config.max_queue_credit);
         if grant > 0 {

@@ -92,7 +92,9 @@ impl Connection {
 
     pub(super) async fn on_end(&mut self, channel: u16, end: End) -> Result<(), Fault> {
         self.session(channel)?;
-        tracing::debug!(connection = self.id, channel, error = ?end.error, "session ended by client");
+        tracing::debug!(
+            connection = self.id, channel, error = ?end.error, "session ended by client"
+        );
         self.release_session(channel).await;
         self.out.frame(channel, &Performative::End(End::default()));
         Ok(())
