@@ -43,16 +43,7 @@ impl Connection {
     /// Applies the transaction; returns once its publishes are safe (for persistent messages
     /// to durable queues: fsynced), `false` when the message store could not make them so.
     pub(super) async fn tx_commit(&mut self, id: u16) -> bool {
-        let channel = self
-            .channels
-            .get_mut(&id)
-            .expect("invariant: caller checked the channel");
-        let tx = std::mem::take(
-            channel
-                .tx
-                .as_mut()
-                .expect("invariant: caller checked tx mode"),
-        );
+        let tx = self.take_transaction(id);
         for (targets, message, mandatory) in tx.publishes {
             self.deliver_published(id, &targets, message, mandatory, NO_TAG);
         }
@@ -82,21 +73,29 @@ impl Connection {
 
     /// Rollback: publishes are dropped, acknowledgements undone (the messages stay unacked).
     pub(super) fn tx_rollback(&mut self, id: u16) {
+        let tx = self.take_transaction(id);
         let channel = self
             .channels
             .get_mut(&id)
             .expect("invariant: caller checked the channel");
-        let tx = std::mem::take(
-            channel
-                .tx
-                .as_mut()
-                .expect("invariant: caller checked tx mode"),
-        );
         for (_, unacked) in tx.settles {
             let at = channel
                 .unacked
                 .partition_point(|u| u.delivery_tag < unacked.delivery_tag);
             channel.unacked.insert(at, unacked);
         }
+    }
+
+    /// The channel's transaction so far; the channel starts a new one.
+    fn take_transaction(&mut self, id: u16) -> TxBuffer {
+        let channel = self
+            .channels
+            .get_mut(&id)
+            .expect("invariant: caller checked the channel");
+        let tx = channel
+            .tx
+            .as_mut()
+            .expect("invariant: caller checked tx mode");
+        std::mem::take(tx)
     }
 }

@@ -273,12 +273,10 @@ impl Connection {
                 &Body::default(),
                 max_frame_size,
             );
-            let session = self
-                .sessions
+            self.sessions
                 .get_mut(&channel)
-                .expect("invariant: looked up above");
-            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
-            session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+                .expect("invariant: looked up above")
+                .sent(frames);
         }
     }
 
@@ -387,13 +385,7 @@ impl Connection {
         else {
             return;
         };
-        let granted = flow.link_credit.unwrap_or(0);
-        let counted_from = flow.delivery_count.unwrap_or(link.delivery_count);
-        let credit = counted_from
-            .wrapping_add(granted)
-            .wrapping_sub(link.delivery_count);
-        // More than granted means the count is behind ours: the credit is used up.
-        link.link_credit = if credit > granted { 0 } else { credit };
+        link.link_credit = credit_granted(flow, link.delivery_count);
         link.drain = flow.drain;
         let mut ready = Vec::new();
         while link.link_credit > 0 {
@@ -550,8 +542,7 @@ impl Connection {
             .sessions
             .get_mut(&channel)
             .expect("invariant: looked up above");
-        session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
-        session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+        session.sent(frames);
         if self.delivery_prefix.capacity() > DELIVERY_PREFIX_KEEP_BYTES {
             self.delivery_prefix = BytesMut::new();
         }
@@ -633,6 +624,22 @@ impl Connection {
     /// Our own frames stay within the frame size we accept too (the writer's buffers).
     fn frame_size_out_max(&self) -> u32 {
         super::connection::frame_size_limit(self.shared.config.frame_max)
+    }
+}
+
+/// The link credit a client's flow grants a link we send on, whose delivery count is
+/// `delivery_count` (transport §2.6.7: the client's delivery count plus its credit, less
+/// ours). More than granted means the client's count is behind ours: the credit is used up.
+pub(super) fn credit_granted(flow: &Flow, delivery_count: u32) -> u32 {
+    let granted = flow.link_credit.unwrap_or(0);
+    let counted_from = flow.delivery_count.unwrap_or(delivery_count);
+    let credit = counted_from
+        .wrapping_add(granted)
+        .wrapping_sub(delivery_count);
+    if credit > granted {
+        0
+    } else {
+        credit
     }
 }
 
