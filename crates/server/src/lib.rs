@@ -3,7 +3,7 @@
 pub mod amqp091;
 pub mod amqp10;
 pub mod config;
-mod encode_buffer;
+mod connection;
 pub mod log_writer;
 pub mod resource_monitor;
 mod sasl;
@@ -129,57 +129,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
              amqps_listeners) at least one address"
         );
     }
-    let https = |name: &str, https: &Option<config::HttpsConfig>, default_ip| {
-        https
-            .as_ref()
-            .map(|https| -> anyhow::Result<warren_mgmt::TlsListener> {
-                let options = https.tls_options();
-                Ok(warren_mgmt::TlsListener {
-                    addr: SocketAddr::new(https.ip.unwrap_or(default_ip), https.port),
-                    tls: tls::server_config(&options, name).map_err(anyhow::Error::msg)?,
-                    certfile: options.certfile.clone().unwrap_or_default(),
-                })
-            })
-            .transpose()
-    };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
-    let mgmt_config = warren_mgmt::MgmtConfig {
-        http: config
-            .management_port
-            .map(|port| SocketAddr::new(config.management_ip.unwrap_or(config.bind_address), port)),
-        https: https(
-            "management.ssl",
-            &config.management_ssl,
-            config.bind_address,
-        )?,
-        prometheus: config
-            .prometheus_port
-            .map(|port| SocketAddr::new(config.prometheus_ip.unwrap_or(config.bind_address), port)),
-        prometheus_https: https(
-            "prometheus.ssl",
-            &config.prometheus_ssl,
-            config.bind_address,
-        )?,
-        amqp_listeners: listeners
-            .iter()
-            .map(|listener| warren_mgmt::Listener {
-                protocol: if listener.tls.is_some() {
-                    "amqp/ssl"
-                } else {
-                    "amqp"
-                },
-                addr: listener.addr,
-                certfile: listener
-                    .tls
-                    .as_ref()
-                    .map(|_| config.ssl_options.certfile.clone().unwrap_or_default()),
-            })
-            .collect(),
-        data_dir: config.data_dir.clone(),
-    };
+    let mgmt_config = mgmt_config(&config, &listeners)?;
     let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;
-    let shared = Arc::new(amqp091::Shared {
+    let shared = Arc::new(connection::Shared {
         broker: broker.clone(),
         config: Arc::new(config),
         shutdown: shutdown_rx,
@@ -203,6 +157,54 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         acceptors,
         monitor,
         mgmt,
+    })
+}
+
+/// The management plugin's listeners (HTTP API, Prometheus, with or without TLS) and the AMQP
+/// listeners it lists.
+fn mgmt_config(
+    config: &Config,
+    listeners: &[AmqpListener],
+) -> anyhow::Result<warren_mgmt::MgmtConfig> {
+    let https = |name: &str, https: &Option<config::HttpsConfig>, default_ip| {
+        https
+            .as_ref()
+            .map(|https| -> anyhow::Result<warren_mgmt::TlsListener> {
+                let options = https.tls_options();
+                Ok(warren_mgmt::TlsListener {
+                    addr: SocketAddr::new(https.ip.unwrap_or(default_ip), https.port),
+                    tls: tls::server_config(&options, name).map_err(anyhow::Error::msg)?,
+                    certfile: options.certfile.clone().unwrap_or_default(),
+                })
+            })
+            .transpose()
+    };
+    let bind = config.bind_address;
+    Ok(warren_mgmt::MgmtConfig {
+        http: config
+            .management_port
+            .map(|port| SocketAddr::new(config.management_ip.unwrap_or(bind), port)),
+        https: https("management.ssl", &config.management_ssl, bind)?,
+        prometheus: config
+            .prometheus_port
+            .map(|port| SocketAddr::new(config.prometheus_ip.unwrap_or(bind), port)),
+        prometheus_https: https("prometheus.ssl", &config.prometheus_ssl, bind)?,
+        amqp_listeners: listeners
+            .iter()
+            .map(|listener| warren_mgmt::Listener {
+                protocol: if listener.tls.is_some() {
+                    "amqp/ssl"
+                } else {
+                    "amqp"
+                },
+                addr: listener.addr,
+                certfile: listener
+                    .tls
+                    .as_ref()
+                    .map(|_| config.ssl_options.certfile.clone().unwrap_or_default()),
+            })
+            .collect(),
+        data_dir: config.data_dir.clone(),
     })
 }
 
@@ -236,11 +238,17 @@ fn bind_amqp(config: &Config) -> anyhow::Result<Vec<AmqpListener>> {
     for (bind, tls) in all {
         let what = if tls.is_some() { "AMQPS" } else { "AMQP" };
         let socket = warren_mgmt::listen::bind_tcp(bind).with_context(|| {
-            format!("cannot listen for {what} on {bind}: is another broker running? (change the listener's port)")
+            format!(
+                "cannot listen for {what} on {bind}: is another broker running? (change the \
+                 listener's port)"
+            )
         })?;
         limit_segment_size(&socket);
         let addr = socket.local_addr()?;
-        tracing::info!(%addr, data_dir = %config.data_dir.display(), "{what} listener ready (AMQP 0.9.1 and 1.0), listening on {addr}");
+        tracing::info!(
+            %addr, data_dir = %config.data_dir.display(),
+            "{what} listener ready (AMQP 0.9.1 and 1.0), listening on {addr}"
+        );
         listeners.push(AmqpListener { socket, addr, tls });
     }
     Ok(listeners)
@@ -248,7 +256,12 @@ fn bind_amqp(config: &Config) -> anyhow::Result<Vec<AmqpListener>> {
 
 /// Serves one accepted socket with the protocol its header names. The AMQP 1.0 connection is
 /// boxed so that the task of every AMQP 0.9.1 connection stays as small as it was.
-async fn serve(socket: Socket, peer: SocketAddr, local: SocketAddr, shared: Arc<amqp091::Shared>) {
+async fn serve(
+    socket: Socket,
+    peer: SocketAddr,
+    local: SocketAddr,
+    shared: Arc<connection::Shared>,
+) {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let tls = socket.tls_session();
     let (mut reader, writer) = socket.split();
@@ -306,7 +319,7 @@ pub(crate) async fn unless_shutdown<F: std::future::Future>(
     }
 }
 
-async fn accept_loop(listener: AmqpListener, shared: Arc<amqp091::Shared>) {
+async fn accept_loop(listener: AmqpListener, shared: Arc<connection::Shared>) {
     let mut connections = JoinSet::new();
     let mut shutdown = shared.shutdown.clone();
     loop {

@@ -1,5 +1,6 @@
-//! What both AMQP versions share of SASL: which mechanisms a client is offered, and the name
-//! SASL EXTERNAL takes from a client certificate (RabbitMQ's `rabbit_auth_mechanism_ssl`).
+//! What both AMQP versions share of SASL: which mechanisms a client is offered, the PLAIN
+//! response, and the name SASL EXTERNAL takes from a client certificate (RabbitMQ's
+//! `rabbit_auth_mechanism_ssl`).
 
 use warren_core::registry::TlsSession;
 
@@ -44,6 +45,15 @@ pub fn certificate_name(config: &Config, tls: Option<&TlsSession>) -> Result<Str
         CertLoginFrom::DistinguishedName => tls.peer_cert_subject.clone(),
     };
     name.ok_or_else(|| "no name found in the client certificate".into())
+}
+
+/// The user and password of a SASL PLAIN response: `authzid NUL authcid NUL password`.
+pub fn parse_plain(response: &[u8]) -> Option<(String, String)> {
+    let mut parts = response.split(|b| *b == 0);
+    let _authzid = parts.next()?;
+    let user = std::str::from_utf8(parts.next()?).ok()?;
+    let password = std::str::from_utf8(parts.next()?).ok()?;
+    Some((user.to_owned(), password.to_owned()))
 }
 
 #[cfg(test)]

@@ -3,9 +3,7 @@
 //! routing keys) against the connection's grant. A refusal is a 403 ACCESS_REFUSED naming
 //! the permission, the resource and the user.
 
-use std::sync::Arc;
-
-use warren_core::access::{Grant, Pattern, Perm, ResourceKind};
+use warren_core::access::{Grant, Perm, ResourceKind};
 use warren_core::exchange::ExchangeType;
 use warren_core::BrokerError;
 
@@ -55,40 +53,13 @@ impl Connection {
     }
 
     /// The broker-wide definitions changed: a deleted user or vhost ends the connection;
-    /// otherwise the grant is refreshed (cleared permissions refuse everything from now on,
-    /// as RabbitMQ's permission cache does once it expires).
+    /// otherwise the grant is refreshed (see `connection::current_grant`).
     pub(super) fn on_access_changed(&mut self) -> Result<(), Fault> {
-        let broker = &self.shared.broker;
         let vhost = self.vhost();
-        let forced = |text: String| {
-            Err(Fault::connection(
-                reply_code::CONNECTION_FORCED,
-                text,
-                Cause::default(),
-            ))
-        };
-        if !broker.access().user_exists(&self.user) {
-            return forced(format!("user '{}' is deleted", self.user));
-        }
-        if !broker
-            .vhost(vhost.name())
-            .is_some_and(|current| Arc::ptr_eq(&current, &vhost))
-        {
-            return forced(format!("vhost '{}' is deleted", vhost.name()));
-        }
-        let grant = broker
-            .access()
-            .grant(&self.user, vhost.name())
-            .unwrap_or_else(|| {
-                Arc::new(Grant {
-                    user: Arc::from(self.user.as_str()),
-                    vhost: vhost.name().clone(),
-                    configure: Pattern::Nothing,
-                    write: Pattern::Nothing,
-                    read: Pattern::Nothing,
-                    topics: Vec::new(),
-                })
-            });
+        let grant = crate::connection::current_grant(&self.shared.broker, &self.user, &vhost)
+            .map_err(|text| {
+                Fault::connection(reply_code::CONNECTION_FORCED, text, Cause::default())
+            })?;
         self.grant = Some(grant);
         Ok(())
     }

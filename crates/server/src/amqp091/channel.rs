@@ -4,25 +4,19 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use warren_core::access::{Perm, ResourceKind};
-
-use warren_core::binding::Destination;
 use warren_core::queue::{QueueHandle, SettleOp};
 use warren_core::registry::ChannelDetails;
 use warren_core::stats::ChannelStats;
-use warren_core::vhost::{
-    check_exchange_deletion, check_not_default_exchange, ExchangeDeclare, QueueDeclare, VHost,
-};
+use warren_core::vhost::VHost;
 use warren_proto::amqp091::{
-    reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, FieldTable, Method, QueueDeclareOk,
-    QueueDeleteOk, QueuePurgeOk, ShortStr,
+    reply_code, ChannelClose, ChannelFlowOk, ChannelOpenOk, Method, ShortStr,
 };
 
 use super::connection::Connection;
 use super::consume::ConsumerState;
-use super::convert::table_to_core;
 use super::fault::{Cause, Fault};
-use super::publish::{Assembly, TxBuffer, REPLY_TO_PSEUDO_QUEUE};
+use super::publish::Assembly;
+use super::tx::TxBuffer;
 
 /// A delivery the client has not acknowledged yet.
 #[derive(Debug, Clone)]
@@ -231,226 +225,6 @@ impl Connection {
             | Method::QueuePurge(_)
             | Method::QueueDelete(_) => Box::pin(self.on_queue_method(id, method, cause)).await,
             other => self.on_basic_method(id, other, cause).await,
-        }
-    }
-
-    async fn on_exchange_method(
-        &mut self,
-        id: u16,
-        method: Method,
-        cause: Cause,
-    ) -> Result<(), Fault> {
-        let vhost = self.vhost();
-        let fail = |error| Fault::broker(id, error, cause);
-        let (nowait, reply) = match method {
-            Method::ExchangeDeclare(m) => {
-                check_not_default_exchange(m.exchange.as_str()).map_err(fail)?;
-                if !m.passive {
-                    let name = m.exchange.as_str();
-                    self.check(Perm::Configure, ResourceKind::Exchange, name)
-                        .map_err(fail)?;
-                    if let Some(ae) = m
-                        .arguments
-                        .get("alternate-exchange")
-                        .and_then(|v| v.as_str())
-                    {
-                        self.check(Perm::Write, ResourceKind::Exchange, ae)
-                            .map_err(fail)?;
-                        self.check(Perm::Read, ResourceKind::Exchange, name)
-                            .map_err(fail)?;
-                    }
-                }
-                vhost
-                    .declare_exchange(ExchangeDeclare {
-                        name: m.exchange.as_str().to_owned(),
-                        kind: m.kind.as_str().to_owned(),
-                        passive: m.passive,
-                        durable: m.durable,
-                        auto_delete: m.auto_delete,
-                        internal: m.internal,
-                        arguments: table_to_core(&m.arguments),
-                    })
-                    .await
-                    .map_err(fail)?;
-                (m.nowait, Method::ExchangeDeclareOk(Default::default()))
-            }
-            Method::ExchangeDelete(m) => {
-                check_exchange_deletion(m.exchange.as_str(), vhost.name()).map_err(fail)?;
-                self.check(Perm::Configure, ResourceKind::Exchange, m.exchange.as_str())
-                    .map_err(fail)?;
-                vhost
-                    .delete_exchange(m.exchange.as_str(), m.if_unused)
-                    .await
-                    .map_err(fail)?;
-                (m.nowait, Method::ExchangeDeleteOk(Default::default()))
-            }
-            Method::ExchangeBind(m) => {
-                let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
-                self.change_binding(true, &m.source, destination, &m.routing_key, &m.arguments)
-                    .await
-                    .map_err(fail)?;
-                (m.nowait, Method::ExchangeBindOk(Default::default()))
-            }
-            Method::ExchangeUnbind(m) => {
-                let destination = Destination::Exchange(Arc::from(m.destination.as_str()));
-                self.change_binding(false, &m.source, destination, &m.routing_key, &m.arguments)
-                    .await
-                    .map_err(fail)?;
-                (m.nowait, Method::ExchangeUnbindOk(Default::default()))
-            }
-            _ => unreachable!("invariant: only exchange methods are routed here"),
-        };
-        if !nowait {
-            self.out.method(id, &reply);
-        }
-        Ok(())
-    }
-
-    async fn on_queue_method(
-        &mut self,
-        id: u16,
-        method: Method,
-        cause: Cause,
-    ) -> Result<(), Fault> {
-        let vhost = self.vhost();
-        let fail = |error| Fault::broker(id, error, cause);
-        let (nowait, reply) = match method {
-            Method::QueueDeclare(m) if m.passive && m.queue.as_str() == REPLY_TO_PSEUDO_QUEUE => {
-                // The direct reply-to pseudo queue always exists, as in RabbitMQ.
-                let ok = QueueDeclareOk {
-                    queue: m.queue.clone(),
-                    message_count: 0,
-                    consumer_count: 1,
-                };
-                (m.nowait, Method::QueueDeclareOk(ok))
-            }
-            Method::QueueDeclare(m) => {
-                if !m.passive {
-                    let name = match m.queue.as_str() {
-                        "" => "amq.gen-",
-                        name => name,
-                    };
-                    self.check(Perm::Configure, ResourceKind::Queue, name)
-                        .map_err(fail)?;
-                    let dlx = m.arguments.get("x-dead-letter-exchange");
-                    if let Some(dlx) = dlx.and_then(|v| v.as_str()) {
-                        self.check(Perm::Write, ResourceKind::Exchange, dlx)
-                            .map_err(fail)?;
-                        self.check(Perm::Read, ResourceKind::Queue, name)
-                            .map_err(fail)?;
-                    }
-                }
-                let request = QueueDeclare {
-                    name: m.queue.as_str().to_owned(),
-                    passive: m.passive,
-                    durable: m.durable,
-                    exclusive: m.exclusive,
-                    auto_delete: m.auto_delete,
-                    arguments: table_to_core(&m.arguments),
-                };
-                let queue = vhost.declare_queue(request, self.id).await.map_err(fail)?;
-                let info = if m.nowait {
-                    Default::default()
-                } else {
-                    queue.info().await.map_err(fail)?
-                };
-                let ok = QueueDeclareOk {
-                    queue: queue.name().as_ref().into(),
-                    message_count: info.messages,
-                    consumer_count: info.consumers,
-                };
-                (m.nowait, Method::QueueDeclareOk(ok))
-            }
-            Method::QueueBind(m) => {
-                let destination = Destination::Queue(Arc::from(m.queue.as_str()));
-                self.change_binding(true, &m.exchange, destination, &m.routing_key, &m.arguments)
-                    .await
-                    .map_err(fail)?;
-                (m.nowait, Method::QueueBindOk(Default::default()))
-            }
-            Method::QueueUnbind(m) => {
-                let destination = Destination::Queue(Arc::from(m.queue.as_str()));
-                self.change_binding(
-                    false,
-                    &m.exchange,
-                    destination,
-                    &m.routing_key,
-                    &m.arguments,
-                )
-                .await
-                .map_err(fail)?;
-                (false, Method::QueueUnbindOk(Default::default()))
-            }
-            Method::QueuePurge(m) => {
-                self.check(Perm::Read, ResourceKind::Queue, m.queue.as_str())
-                    .map_err(fail)?;
-                let message_count = vhost
-                    .purge_queue(m.queue.as_str(), self.id)
-                    .await
-                    .map_err(fail)?;
-                (
-                    m.nowait,
-                    Method::QueuePurgeOk(QueuePurgeOk { message_count }),
-                )
-            }
-            Method::QueueDelete(m) => {
-                let name = m.queue.as_str();
-                self.check(Perm::Configure, ResourceKind::Queue, name)
-                    .map_err(fail)?;
-                let message_count = match vhost
-                    .delete_queue(name, m.if_unused, m.if_empty, self.id)
-                    .await
-                {
-                    Ok(count) => count,
-                    // Deleting a queue that does not exist succeeds, as in RabbitMQ.
-                    Err(e) if e.kind == warren_core::ErrorKind::NotFound => 0,
-                    Err(e) => return Err(fail(e)),
-                };
-                (
-                    m.nowait,
-                    Method::QueueDeleteOk(QueueDeleteOk { message_count }),
-                )
-            }
-            _ => unreachable!("invariant: only queue methods are routed here"),
-        };
-        if !nowait {
-            self.out.method(id, &reply);
-        }
-        Ok(())
-    }
-
-    /// exchange.bind / unbind and queue.bind / unbind: one change to the vhost's bindings.
-    async fn change_binding(
-        &self,
-        bind: bool,
-        source: &ShortStr,
-        destination: Destination,
-        routing_key: &ShortStr,
-        arguments: &FieldTable,
-    ) -> Result<(), warren_core::BrokerError> {
-        let vhost = self.vhost();
-        let source = source.as_str();
-        check_not_default_exchange(source)?;
-        if let Destination::Exchange(name) = &destination {
-            check_not_default_exchange(name)?;
-        }
-        let (kind, name) = match &destination {
-            Destination::Queue(name) => (ResourceKind::Queue, name),
-            Destination::Exchange(name) => (ResourceKind::Exchange, name),
-        };
-        self.check(Perm::Write, kind, name)?;
-        self.check(Perm::Read, ResourceKind::Exchange, source)?;
-        self.check_topic(Perm::Read, source, routing_key)?;
-        let routing_key = routing_key.as_str();
-        let arguments = table_to_core(arguments);
-        if bind {
-            vhost
-                .bind(source, destination, routing_key, arguments, self.id)
-                .await
-        } else {
-            vhost
-                .unbind(source, destination, routing_key, arguments, self.id)
-                .await
         }
     }
 

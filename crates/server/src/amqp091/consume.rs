@@ -17,18 +17,19 @@ use warren_core::queue::{send_credit, QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
 use warren_core::vhost::generate_name;
+use warren_core::BrokerError;
 use warren_proto::amqp091::{
     reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGetEmpty,
-    BasicGetOk, DeliverArgs, Method, ShortStr,
+    BasicGetOk, DeliverArgs, FieldTable, Method, ShortStr,
 };
 
 use super::annotations;
 use super::channel::{Confirms, Unacked};
 use super::connection::Connection;
 use super::fault::{Cause, Fault};
-use super::publish::{
-    exchange_of, routing_key_of, short_str_bytes, TxBuffer, REPLY_TO_PSEUDO_QUEUE,
-};
+use super::publish::{exchange_of, routing_key_of, short_str_bytes, REPLY_TO_PSEUDO_QUEUE};
+use super::tx::TxBuffer;
+use crate::connection::publish_batch;
 
 #[derive(Debug)]
 pub struct ConsumerState {
@@ -218,7 +219,8 @@ impl Connection {
                     return Err(Fault::new(
                         id,
                         reply_code::INTERNAL_ERROR,
-                        "tx.commit: the message store could not write the transaction's messages; see the broker log",
+                        "tx.commit: the message store could not write the transaction's \
+                         messages; see the broker log",
                         cause,
                     ));
                 }
@@ -249,17 +251,7 @@ impl Connection {
         consume: BasicConsume,
         cause: Cause,
     ) -> Result<(), Fault> {
-        let vhost = self.vhost();
-        let queue_name = consume.queue.as_str();
-        let queue = if queue_name == REPLY_TO_PSEUDO_QUEUE {
-            self.reply_to_queue(id, &consume, cause)?
-        } else {
-            self.check(Perm::Read, ResourceKind::Queue, queue_name)
-                .map_err(|e| Fault::broker(id, e, cause))?;
-            vhost
-                .queue(queue_name, self.id)
-                .map_err(|e| Fault::broker(id, e, cause))?
-        };
+        let queue = self.consume_queue(id, &consume, cause)?;
         let channel = self.channels.get_mut(&id).expect("invariant: open channel");
         let tag = if consume.consumer_tag.is_empty() {
             ShortStr::from(generate_name("amq.ctag-"))
@@ -273,31 +265,8 @@ impl Connection {
                 cause,
             ));
         }
-        // The queue's type decides which consumer arguments it takes.
-        let keys = consume.arguments.iter().map(|(key, _)| key.as_str());
-        queue
-            .kind()
-            .check_consume(&queue.def().resource(), keys)
-            .map_err(|e| Fault::broker(id, e, cause))?;
-        let priority = match consume.arguments.get("x-priority") {
-            None => 0,
-            Some(value) => value.as_i64().ok_or_else(|| {
-                // RabbitMQ's `check_consume_arguments` text.
-                let arguments = crate::amqp091::convert::table_to_core(&consume.arguments);
-                let kind = arguments
-                    .get("x-priority")
-                    .map_or("void", warren_core::queue::args::type_name);
-                Fault::new(
-                    id,
-                    reply_code::PRECONDITION_FAILED,
-                    format!(
-                        "invalid arg 'x-priority' for {}: \"expected integer, got {kind}\"",
-                        queue.def().resource()
-                    ),
-                    cause,
-                )
-            })?,
-        };
+        let priority = consumer_priority(&queue, &consume.arguments)
+            .map_err(|error| Fault::broker(id, error, cause))?;
         let mut state = ConsumerState {
             id: self.shared.broker.next_id(),
             tag: tag.clone(),
@@ -328,25 +297,48 @@ impl Connection {
             .await
             .and_then(|r| r)
             .map_err(|e| Fault::broker(id, e, cause))?;
-        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
-        let prefetch_count = channel.consumer_prefetch;
-        channel.consumers.push(state);
-        if let Some(entry) = self.registry_entry() {
-            entry.add_consumer(ConsumerDetails {
-                channel: id,
-                consumer_tag: tag.to_string(),
-                queue: queue.name().to_string(),
-                ack_required: !consume.no_ack,
-                exclusive: consume.exclusive,
-                prefetch_count,
-                arguments: super::convert::table_to_core(&consume.arguments),
-            });
-        }
+        self.add_consumer(id, state, &consume);
         if !consume.nowait {
             let ok = BasicConsumeOk { consumer_tag: tag };
             self.out.method(id, &Method::BasicConsumeOk(ok));
         }
         Ok(())
+    }
+
+    /// The queue basic.consume names, once the user may read it.
+    fn consume_queue(
+        &mut self,
+        id: u16,
+        consume: &BasicConsume,
+        cause: Cause,
+    ) -> Result<QueueHandle, Fault> {
+        let queue_name = consume.queue.as_str();
+        if queue_name == REPLY_TO_PSEUDO_QUEUE {
+            return self.reply_to_queue(id, consume, cause);
+        }
+        self.check(Perm::Read, ResourceKind::Queue, queue_name)
+            .and_then(|()| self.vhost().queue(queue_name, self.id))
+            .map_err(|e| Fault::broker(id, e, cause))
+    }
+
+    /// A consumer the queue took: the channel delivers to it from now on, and the management
+    /// API lists it.
+    fn add_consumer(&mut self, id: u16, state: ConsumerState, consume: &BasicConsume) {
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
+        let prefetch_count = channel.consumer_prefetch;
+        let details = ConsumerDetails {
+            channel: id,
+            consumer_tag: state.tag.to_string(),
+            queue: state.queue.name().to_string(),
+            ack_required: !consume.no_ack,
+            exclusive: consume.exclusive,
+            prefetch_count,
+            arguments: super::convert::table_to_core(&consume.arguments),
+        };
+        channel.consumers.push(state);
+        if let Some(entry) = self.registry_entry() {
+            entry.add_consumer(details);
+        }
     }
 
     /// The private queue behind `amq.rabbitmq.reply-to` for this channel.
@@ -525,6 +517,7 @@ impl Connection {
         };
         if let Some(consumer_id) = unacked.consumer {
             if let Some(c) = channel.consumers.iter_mut().find(|c| c.id == consumer_id) {
+                debug_assert!(c.unacked > 0, "invariant: a settled delivery was unacked");
                 c.unacked = c.unacked.saturating_sub(1);
             }
         }
@@ -556,11 +549,7 @@ impl Connection {
         }
         match event {
             Event::Deliver(delivery) => self.deliver(delivery),
-            Event::Settled { ticket, ok } => {
-                if let Some(ok) = self.pending.confirms.settled(ticket, ok) {
-                    self.on_confirmed(ticket, ok);
-                }
-            }
+            Event::Settled { ticket, ok } => publish_batch::on_settled(self, ticket, ok),
             Event::PublishRejected { tags } => self.on_publish_rejected(&tags),
             Event::ConsumerCancelled {
                 channel: id,
@@ -618,6 +607,10 @@ impl Connection {
             return;
         };
         let state = &mut channel.consumers[index];
+        debug_assert!(
+            state.outstanding > 0,
+            "invariant: a queue delivers only on credit"
+        );
         state.outstanding = state.outstanding.saturating_sub(1);
         if !state.may_wait(channel.channel_prefetch) {
             self.may_hold = false;
@@ -723,12 +716,37 @@ impl Connection {
                 let worth_it = grant > 0 && (grant >= target / 2 || consumer.outstanding == 0);
                 if worth_it {
                     consumer.outstanding += grant;
+                    debug_assert!(
+                        consumer.outstanding <= target,
+                        "invariant: credit up to target"
+                    );
                     grants.push((consumer.queue.clone(), consumer.id, grant));
                 }
             }
         }
         grants
     }
+}
+
+/// The priority basic.consume's `x-priority` asks for (0 without it), once the queue's type
+/// has taken the consumer's arguments.
+fn consumer_priority(queue: &QueueHandle, arguments: &FieldTable) -> Result<i64, BrokerError> {
+    // The queue's type decides which consumer arguments it takes.
+    let keys = arguments.iter().map(|(key, _)| key.as_str());
+    let resource = queue.def().resource();
+    queue.kind().check_consume(&resource, keys)?;
+    let Some(value) = arguments.get("x-priority") else {
+        return Ok(0);
+    };
+    value.as_i64().ok_or_else(|| {
+        // RabbitMQ's `check_consume_arguments` text.
+        let kind = super::convert::table_to_core(arguments)
+            .get("x-priority")
+            .map_or("void", warren_core::queue::args::type_name);
+        BrokerError::precondition_failed(format!(
+            "invalid arg 'x-priority' for {resource}: \"expected integer, got {kind}\""
+        ))
+    })
 }
 
 fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {

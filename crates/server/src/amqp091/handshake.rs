@@ -54,9 +54,9 @@ impl Connection {
     async fn protocol_header(&mut self) -> Result<(), Fault> {
         loop {
             // The listener has read the header's first bytes already.
-            match wire::check_protocol_header(&self.rbuf) {
+            match wire::check_protocol_header(self.rbuf.bytes()) {
                 ProtocolHeader::Incomplete => {
-                    self.read_more().await?;
+                    self.rbuf.read_more().await?;
                 }
                 ProtocolHeader::Valid => {
                     self.consume_bytes(PROTOCOL_HEADER.len());
@@ -72,7 +72,8 @@ impl Connection {
         }
     }
 
-    async fn authenticate(&mut self, start_ok: &ConnectionStartOk) -> Result<(), Fault> {
+    /// The client's capabilities, and its properties kept for the management API.
+    fn note_client_properties(&mut self, start_ok: &ConnectionStartOk) {
         if let Some(FieldValue::Table(caps)) = start_ok.client_properties.get("capabilities") {
             let flag = |name: &str| caps.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
             self.caps.consumer_cancel_notify = flag("consumer_cancel_notify");
@@ -84,6 +85,10 @@ impl Connection {
         properties.encode(&mut encoded);
         // Without the length prefix; a fresh allocation, not a slice of the read buffer.
         self.client_properties = encoded.freeze().slice(4..);
+    }
+
+    async fn authenticate(&mut self, start_ok: &ConnectionStartOk) -> Result<(), Fault> {
+        self.note_client_properties(start_ok);
         let mechanism = start_ok.mechanism.as_str();
         let Some(mechanism) = self.mechanisms().into_iter().find(|m| *m == mechanism) else {
             // RabbitMQ's `auth_mechanism_to_module`.
@@ -102,7 +107,7 @@ impl Connection {
                 .and_then(|user| access.authenticate_external(&user, loopback)),
             _ => {
                 let credentials = match mechanism {
-                    "PLAIN" => parse_plain(&start_ok.response),
+                    "PLAIN" => crate::sasl::parse_plain(&start_ok.response),
                     _ => parse_amqplain(&start_ok.response),
                 };
                 let Some((user, password)) = credentials else {
@@ -115,36 +120,32 @@ impl Connection {
                 access.authenticate(mechanism, &user, &password, loopback)
             }
         };
-        let user = match outcome {
-            Ok(user) => user,
-            Err(text) => {
-                tracing::warn!(peer = %self.peer, "{mechanism} login refused: {text}");
-                if !self.caps.authentication_failure_close {
-                    // Clients without the capability expect the socket to just close.
-                    return Err(Fault::Gone("authentication failed".into()));
-                }
-                // As RabbitMQ's `auth_fail`: the reason is in the log, the client gets
-                // the safe text (a loopback refusal names its rule, as RabbitMQ's does).
-                let text = match text.strip_prefix("ACCESS_REFUSED - ") {
-                    Some(text) => text.to_owned(),
-                    None if text.contains("loopback") => text,
-                    None => format!(
-                        "Login was refused using authentication mechanism {mechanism}. For \
-                         details see the broker logfile."
-                    ),
-                };
-                return Err(Fault::connection(
-                    reply_code::ACCESS_REFUSED,
-                    text,
-                    Cause::default(),
-                ));
-            }
-        };
+        let user = outcome.map_err(|text| self.refused(mechanism, text))?;
         self.auth_mechanism = mechanism;
         self.impersonator = warren_core::access::is_impersonator(&user.tags);
         let user = user.name.to_string();
         self.user = user;
         Ok(())
+    }
+
+    /// A refused login: logged with its reason; the client hears of it only with the
+    /// `authentication_failure_close` capability (others expect the socket to just close).
+    fn refused(&self, mechanism: &str, text: String) -> Fault {
+        tracing::warn!(peer = %self.peer, "{mechanism} login refused: {text}");
+        if !self.caps.authentication_failure_close {
+            return Fault::Gone("authentication failed".into());
+        }
+        // As RabbitMQ's `auth_fail`: the reason is in the log, the client gets the safe text
+        // (a loopback refusal names its rule, as RabbitMQ's does).
+        let text = match text.strip_prefix("ACCESS_REFUSED - ") {
+            Some(text) => text.to_owned(),
+            None if text.contains("loopback") => text,
+            None => format!(
+                "Login was refused using authentication mechanism {mechanism}. For details see \
+                 the broker logfile."
+            ),
+        };
+        Fault::connection(reply_code::ACCESS_REFUSED, text, Cause::default())
     }
 
     /// The SASL mechanisms offered to this client.
@@ -197,28 +198,34 @@ impl Connection {
             other => return Err(unexpected("connection.open", &other)),
         };
         let name = open.virtual_host.as_str();
-        let (connection, grant) = self
-            .shared
-            .broker
-            .enter_vhost(&self.user, name)
-            .map_err(|error| {
-                tracing::warn!(peer = %self.peer, user = %self.user, vhost = name, "connection.open refused: {}", error.text);
-                Fault::connection(
-                    reply_code::NOT_ALLOWED,
-                    error.text,
-                    Cause {
-                        class_id: 10,
-                        method_id: 40,
-                    },
-                )
-            })?;
+        let (connection, grant) =
+            self.shared
+                .broker
+                .enter_vhost(&self.user, name)
+                .map_err(|error| {
+                    tracing::warn!(
+                        peer = %self.peer, user = %self.user, vhost = name,
+                        "connection.open refused: {}", error.text
+                    );
+                    Fault::connection(
+                        reply_code::NOT_ALLOWED,
+                        error.text,
+                        Cause {
+                            class_id: 10,
+                            method_id: 40,
+                        },
+                    )
+                })?;
         self.vhost = Some(connection.vhost().clone());
         self.vhost_connection = Some(connection);
         self.grant = Some(grant);
         self.out
             .method(0, &Method::ConnectionOpenOk(ConnectionOpenOk::default()));
         self.flush().await?;
-        tracing::debug!(connection = self.id, peer = %self.peer, user = %self.user, vhost = name, "connection open");
+        tracing::debug!(
+            connection = self.id, peer = %self.peer, user = %self.user, vhost = name,
+            "connection open"
+        );
         Ok(())
     }
 }
@@ -258,15 +265,6 @@ fn negotiated(field: &str, min: u32, server: u32, client: u32) -> Result<(), Str
         ));
     }
     Ok(())
-}
-
-/// PLAIN: `authzid NUL authcid NUL password`.
-fn parse_plain(response: &Bytes) -> Option<(String, String)> {
-    let mut parts = response.split(|b| *b == 0);
-    let _authzid = parts.next()?;
-    let user = std::str::from_utf8(parts.next()?).ok()?;
-    let password = std::str::from_utf8(parts.next()?).ok()?;
-    Some((user.to_owned(), password.to_owned()))
 }
 
 /// AMQPLAIN: a field table (without its length prefix) with LOGIN and PASSWORD.

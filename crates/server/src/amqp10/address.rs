@@ -16,23 +16,26 @@ pub enum Address {
 /// Parses a v2 address; the error text says what is wrong, for the client.
 pub fn parse(address: &str) -> Result<Address, String> {
     let invalid = || {
-        format!("address '{address}' is not in RabbitMQ's address format v2 (/exchanges/:exchange[/:routing-key] or /queues/:queue)")
+        format!(
+            "address '{address}' is not in RabbitMQ's address format v2 \
+             (/exchanges/:exchange[/:routing-key] or /queues/:queue)"
+        )
     };
     if let Some(rest) = address.strip_prefix("/queues/") {
         if rest.is_empty() || rest.contains('/') {
             return Err(invalid());
         }
-        return Ok(Address::Queue(decode(rest).ok_or_else(invalid)?));
+        return Ok(Address::Queue(percent_decode(rest).ok_or_else(invalid)?));
     }
     let Some(rest) = address.strip_prefix("/exchanges/") else {
         return Err(invalid());
     };
     let mut parts = rest.splitn(2, '/');
-    let exchange = decode(parts.next().unwrap_or_default()).ok_or_else(invalid)?;
+    let exchange = percent_decode(parts.next().unwrap_or_default()).ok_or_else(invalid)?;
     let routing_key = match parts.next() {
         None => String::new(),
         Some(key) if key.contains('/') => return Err(invalid()),
-        Some(key) => decode(key).ok_or_else(invalid)?,
+        Some(key) => percent_decode(key).ok_or_else(invalid)?,
     };
     if exchange.is_empty() {
         return Err(invalid());
@@ -50,8 +53,9 @@ pub fn parse(address: &str) -> Result<Address, String> {
     })
 }
 
-/// Percent-decodes one segment; `None` for a malformed escape or invalid UTF-8.
-fn decode(segment: &str) -> Option<String> {
+/// Percent-decodes one segment of an address or a management node path; `None` for a
+/// malformed escape or invalid UTF-8.
+pub fn percent_decode(segment: &str) -> Option<String> {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;

@@ -77,11 +77,12 @@ fn write_sections(
 /// Largest conversion input (properties, exchange and routing key) a memo keeps.
 const MEMO_KEY_BYTES_MAX: usize = 1024;
 
-/// A connection's last conversion to AMQP 1.0 of an AMQP 0.9.1 message. A queue's consecutive messages mostly come
-/// from one publisher with the same properties, exchange and routing key, so their sections
-/// before the body are the same bytes: they are copied from here instead of being decoded
-/// and encoded again. The key is copied (never a slice that would pin a read buffer); the
-/// data section's head, which holds the body's size, is written afresh each time.
+/// A connection's last conversion to AMQP 1.0 of an AMQP 0.9.1 message. A queue's
+/// consecutive messages mostly come from one publisher with the same properties, exchange and
+/// routing key, so their sections before the body are the same bytes: they are copied from
+/// here instead of being decoded and encoded again. The key is copied (never a slice that
+/// would pin a read buffer); the data section's head, which holds the body's size, is written
+/// afresh each time.
 #[derive(Default)]
 pub struct Amqp10Memo {
     valid: bool,

@@ -125,26 +125,24 @@ impl Connection {
         let link_target = match target.address.as_deref() {
             None => LinkTarget::Anonymous,
             Some(MANAGEMENT_ADDRESS) => LinkTarget::Management,
-            Some(text) => match address::parse(text) {
-                Err(text) => return Err(AmqpError::new(condition::INVALID_FIELD, text)),
-                Ok(Address::Queue(queue)) => {
-                    // Through the default exchange, as RabbitMQ: write on amq.default.
-                    self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                    self.vhost().queue(&queue, self.id).map_err(broker_error)?;
-                    LinkTarget::Queue(Name::new(queue))
-                }
-                Ok(Address::Exchange {
-                    exchange,
-                    routing_key,
-                }) => {
-                    self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
-                    self.check_exchange(&exchange)?;
-                    LinkTarget::Exchange {
+            Some(text) => {
+                let address = address::parse(text)
+                    .map_err(|text| AmqpError::new(condition::INVALID_FIELD, text))?;
+                self.check_writable(&address)?;
+                match address {
+                    Address::Queue(queue) => {
+                        self.vhost().queue(&queue, self.id).map_err(broker_error)?;
+                        LinkTarget::Queue(Name::new(queue))
+                    }
+                    Address::Exchange {
+                        exchange,
+                        routing_key,
+                    } => LinkTarget::Exchange {
                         exchange: Name::new(exchange),
                         routing_key: Name::new(routing_key),
-                    }
+                    },
                 }
-            },
+            }
         };
         let reply = Attach {
             name: attach.name.clone(),
@@ -172,7 +170,19 @@ impl Connection {
         })
     }
 
-    pub(super) fn check_exchange(&self, exchange: &str) -> Result<(), AmqpError> {
+    /// Whether the user may publish to `address`: to a queue through the default exchange
+    /// (as RabbitMQ: write on amq.default), or to an exchange that exists.
+    pub(super) fn check_writable(&self, address: &Address) -> Result<(), AmqpError> {
+        match address {
+            Address::Queue(_) => self.check(Perm::Write, ResourceKind::Exchange, ""),
+            Address::Exchange { exchange, .. } => {
+                self.check(Perm::Write, ResourceKind::Exchange, exchange)?;
+                self.check_exchange(exchange)
+            }
+        }
+    }
+
+    fn check_exchange(&self, exchange: &str) -> Result<(), AmqpError> {
         let vhost = self.vhost();
         if vhost.snapshot().exchange(exchange).is_none() {
             return Err(AmqpError::new(
@@ -263,12 +273,10 @@ impl Connection {
                 &Body::default(),
                 max_frame_size,
             );
-            let session = self
-                .sessions
+            self.sessions
                 .get_mut(&channel)
-                .expect("invariant: looked up above");
-            session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
-            session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+                .expect("invariant: looked up above")
+                .sent(frames);
         }
     }
 
@@ -377,13 +385,7 @@ impl Connection {
         else {
             return;
         };
-        let granted = flow.link_credit.unwrap_or(0);
-        let counted_from = flow.delivery_count.unwrap_or(link.delivery_count);
-        let credit = counted_from
-            .wrapping_add(granted)
-            .wrapping_sub(link.delivery_count);
-        // More than granted means the count is behind ours: the credit is used up.
-        link.link_credit = if credit > granted { 0 } else { credit };
+        link.link_credit = credit_granted(flow, link.delivery_count);
         link.drain = flow.drain;
         let mut ready = Vec::new();
         while link.link_credit > 0 {
@@ -447,6 +449,10 @@ impl Connection {
             self.pending_requeue(&delivery.queue, delivery.seq);
             return;
         };
+        debug_assert!(
+            link.queue_credit > 0,
+            "invariant: a queue delivers only on credit"
+        );
         link.queue_credit = link.queue_credit.saturating_sub(1);
         let grant = queue_grant(link, self.shared.config.max_queue_credit);
         if grant > 0 {
@@ -536,8 +542,7 @@ impl Connection {
             .sessions
             .get_mut(&channel)
             .expect("invariant: looked up above");
-        session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
-        session.remote_incoming_window = session.remote_incoming_window.saturating_sub(frames);
+        session.sent(frames);
         if self.delivery_prefix.capacity() > DELIVERY_PREFIX_KEEP_BYTES {
             self.delivery_prefix = BytesMut::new();
         }
@@ -619,6 +624,22 @@ impl Connection {
     /// Our own frames stay within the frame size we accept too (the writer's buffers).
     fn frame_size_out_max(&self) -> u32 {
         super::connection::frame_size_limit(self.shared.config.frame_max)
+    }
+}
+
+/// The link credit a client's flow grants a link we send on, whose delivery count is
+/// `delivery_count` (transport §2.6.7: the client's delivery count plus its credit, less
+/// ours). More than granted means the client's count is behind ours: the credit is used up.
+pub(super) fn credit_granted(flow: &Flow, delivery_count: u32) -> u32 {
+    let granted = flow.link_credit.unwrap_or(0);
+    let counted_from = flow.delivery_count.unwrap_or(delivery_count);
+    let credit = counted_from
+        .wrapping_add(granted)
+        .wrapping_sub(delivery_count);
+    if credit > granted {
+        0
+    } else {
+        credit
     }
 }
 

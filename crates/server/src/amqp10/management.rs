@@ -19,6 +19,7 @@ use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp10::message::{Body, Properties, Sections};
 use warren_proto::amqp10::Value;
 
+use super::address;
 use super::connection::Connection;
 
 pub const MANAGEMENT_ADDRESS: &str = "/management";
@@ -69,7 +70,7 @@ impl Connection {
         let segments: Vec<String> = path
             .split('/')
             .skip(1)
-            .map(|s| percent_decode(s).unwrap_or_default())
+            .map(|s| address::percent_decode(s).unwrap_or_default())
             .collect();
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let result = match (method.as_str(), segments.as_slice()) {
@@ -218,7 +219,7 @@ impl Connection {
         let mut key = String::new();
         for part in spec.split(';') {
             let (name, value) = part.split_once('=').unwrap_or((part, ""));
-            let value = percent_decode(value).unwrap_or_default();
+            let value = address::percent_decode(value).unwrap_or_default();
             match name {
                 "src" => source = value,
                 "dstq" => destination = Some(Destination::Queue(Arc::from(value))),
@@ -355,20 +356,4 @@ fn core_value(value: &Value) -> Option<CoreValue> {
         Value::Ulong(v) => CoreValue::Int(i64::try_from(*v).ok()?),
         _ => return None,
     })
-}
-
-fn percent_decode(segment: &str) -> Option<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while let Some(&b) = bytes.get(at) {
-        if b == b'%' {
-            out.push(u8::from_str_radix(segment.get(at + 1..at + 3)?, 16).ok()?);
-            at += 3;
-        } else {
-            out.push(b);
-            at += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }

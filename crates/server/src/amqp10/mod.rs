@@ -9,10 +9,12 @@
 mod address;
 mod connection;
 mod convert;
+mod handshake;
 mod link;
 mod management;
 mod publish;
 mod session;
+mod transfer;
 mod unsettled;
 mod writer;
 

@@ -7,40 +7,32 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use warren_core::access::{Perm, ResourceKind};
-use warren_core::confirm::{ConfirmTicket, ConfirmWaits};
+use warren_core::consumer::Outbox;
 use warren_core::message::{Format, Message};
-use warren_core::queue::{
-    send_credit, ConfirmAfter, QueueHandle, ServeWhileWaiting, SettleOp, Settlements,
-};
+use warren_core::queue::{send_credit, QueueHandle, ServeWhileWaiting, SettleOp};
 use warren_core::routing::MessageFields;
 use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{
-    condition, AmqpError, DeliveryState, Disposition, Performative, Transfer, ROLE_RECEIVER,
+    condition, AmqpError, DeliveryState, Disposition, Performative, ROLE_RECEIVER,
 };
 
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
 use super::convert;
-use super::link::{Assembly, Link, LinkTarget};
+use super::link::LinkTarget;
 use super::management::Request;
-
-/// The tag of a publish nobody waits to hear about (pre-settled).
-const NO_TAG: u64 = u64::MAX;
-
-struct QueueBatch {
-    queue: QueueHandle,
-    messages: Vec<Arc<Message>>,
-    tags: Vec<u64>,
-}
+use super::transfer::Delivered;
+use crate::connection::output;
+use crate::connection::publish_batch::{self, PublishBatches, Publisher, NO_TAG};
 
 /// Publishes, settlements and outcomes collected while handling one read.
 #[derive(Default)]
 pub struct Pending {
-    publishes: FxHashMap<usize, QueueBatch>,
-    settles: Settlements,
+    /// The turn's batches and the confirm tickets still out (shared with AMQP 0.9.1).
+    batches: PublishBatches,
     /// Unsettled publishes of this read: (channel, delivery-id, must wait for a ticket).
     unconfirmed: Vec<(u16, u32, bool)>,
     /// Publishes waiting for a confirm ticket, by ticket.
@@ -53,32 +45,15 @@ pub struct Pending {
     management: Vec<Request>,
     /// Credit for queues to deliver to consumers: (queue, consumer, credit).
     credits: Vec<(QueueHandle, u64, u32)>,
-    /// Confirm tickets handed to queues and not yet settled by all of them.
-    pub(super) confirms: ConfirmWaits,
 }
 
 impl Pending {
     pub fn settle(&mut self, queue: &QueueHandle, op: SettleOp, seq: u64) {
-        self.settles.add(queue, op, seq);
+        self.batches.settle(queue, op, seq);
     }
 
     pub fn grant(&mut self, credit: (QueueHandle, u64, u32)) {
         self.credits.push(credit);
-    }
-
-    fn publish(&mut self, queue: &QueueHandle, message: Arc<Message>, tag: u64) {
-        let batch = self
-            .publishes
-            .entry(queue.key())
-            .or_insert_with(|| QueueBatch {
-                queue: queue.clone(),
-                messages: Vec::new(),
-                tags: Vec::new(),
-            });
-        batch.messages.push(message);
-        if queue.args().rejects_publishes() {
-            batch.tags.push(tag);
-        }
     }
 }
 
@@ -87,131 +62,21 @@ fn tag_of(channel: u16, delivery_id: u32) -> u64 {
 }
 
 impl Connection {
-    pub(super) fn on_transfer(
-        &mut self,
-        channel: u16,
-        transfer: Transfer,
-        payload: Bytes,
-    ) -> Result<(), Fault> {
-        let max_size = self.shared.config.max_message_size;
-        let session = self.session(channel)?;
-        // Flow control is enforced, not advisory (transport §2.5.6, §2.6.7): a transfer past
-        // the session's incoming window ends the session, one past the link's credit
-        // detaches the link. Alarms withhold credit, so they hold for AMQP 1.0 publishers.
-        if session.incoming_window == 0 {
-            return Err(Fault::End(
-                channel,
-                AmqpError::new(
-                    condition::WINDOW_VIOLATION,
-                    "transfer beyond the session's incoming window",
-                ),
-            ));
-        }
-        session.incoming_window -= 1;
-        session.next_incoming_id = session.next_incoming_id.wrapping_add(1);
-        let handle = transfer.handle;
-        let link = match session.links.get_mut(&handle) {
-            Some(Link::Incoming(link)) => link,
-            Some(Link::Outgoing(_) | Link::Management(_)) => {
-                return Err(link_error(
-                    channel,
-                    handle,
-                    condition::ILLEGAL_STATE,
-                    "transfer on a link the client receives on".into(),
-                ))
-            }
-            // A link we detached (an error) while the client's transfers were on their way.
-            None if session.detached.contains(&handle) => return Ok(()),
-            None => {
-                return Err(Fault::End(
-                    channel,
-                    AmqpError::new(
-                        condition::UNATTACHED_HANDLE,
-                        format!("Unattached link handle: {handle}"),
-                    ),
-                ))
-            }
-        };
-        if link.assembly.is_none() && link.credit == 0 {
-            return Err(link_error(
-                channel,
-                handle,
-                condition::TRANSFER_LIMIT_EXCEEDED,
-                "transfer without link credit: wait for a flow granting credit".into(),
-            ));
-        }
-        if link.assembly.is_none() {
-            let Some(delivery_id) = transfer.delivery_id else {
-                return Err(link_error(
-                    channel,
-                    handle,
-                    condition::INVALID_FIELD,
-                    "the first transfer of a delivery has no delivery-id".into(),
-                ));
-            };
-            link.assembly = Some(Assembly {
-                delivery_id,
-                settled: transfer.settled.unwrap_or(false),
-                chunks: Vec::new(),
-                size: 0,
-            });
-        }
-        let assembly = link.assembly.as_mut().expect("invariant: set just above");
-        if transfer.aborted {
-            link.assembly = None;
-            return Ok(());
-        }
-        assembly.size += payload.len() as u64;
-        if assembly.size > max_size {
-            link.assembly = None;
-            return Err(link_error(
-                channel,
-                handle,
-                condition::MESSAGE_SIZE_EXCEEDED,
-                format!("message size exceeds the maximum of {max_size} bytes"),
-            ));
-        }
-        if transfer.settled == Some(true) {
-            assembly.settled = true;
-        }
-        if transfer.more {
-            assembly.chunks.push(payload);
-            return Ok(());
-        }
-        let assembly = link.assembly.take().expect("invariant: set above");
-        link.credit = link.credit.saturating_sub(1);
-        link.delivery_count = link.delivery_count.wrapping_add(1);
-        let target = link.target.clone();
-        let raw = join(assembly.chunks, payload);
-        if matches!(target, LinkTarget::Management) {
-            self.pending.management.push(Request { channel, raw });
-            if !assembly.settled {
-                let state = DeliveryState::Accepted;
-                self.pending
-                    .outcomes
-                    .push((channel, assembly.delivery_id, state));
-            }
-            return Ok(());
-        }
-        self.publish(
-            channel,
-            handle,
-            &target,
-            assembly.delivery_id,
-            assembly.settled,
-            raw,
-        )
-    }
-
-    fn publish(
+    /// Publishes a whole delivery from an incoming link (`handle` on session `channel`): its
+    /// outcome is sent once it is safe (see `flush_pending`), or at once when it reached no
+    /// queue or was refused.
+    pub(super) fn publish(
         &mut self,
         channel: u16,
         handle: u32,
-        target: &LinkTarget,
-        delivery_id: u32,
-        settled: bool,
-        raw: Bytes,
+        delivery: Delivered,
     ) -> Result<(), Fault> {
+        let Delivered {
+            delivery_id,
+            settled,
+            raw,
+            target,
+        } = delivery;
         // Checked whole, decoded only as far as the broker reads it: the rest goes out as it came.
         let sections = Sections::decode_kept(&raw).map_err(|error| {
             Fault::close(
@@ -220,72 +85,89 @@ impl Connection {
             )
         })?;
         let properties = sections.properties.as_ref();
-        // A user-id property must name the authenticated user. RabbitMQ ends the session;
-        // Warren rejects the message, which every client reports on the send that caused it.
-        let user_id = properties.and_then(|p| p.user_id.as_ref());
-        if let Some(user_id) = user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
-            let text = format!(
-                "user_id property set to '{}' but authenticated user was '{}'",
-                String::from_utf8_lossy(user_id),
-                self.user
-            );
-            if !settled {
-                let error = Some(AmqpError::new(condition::UNAUTHORIZED_ACCESS, text));
-                let state = DeliveryState::Rejected { error };
-                self.pending.outcomes.push((channel, delivery_id, state));
-            }
-            return Ok(());
-        }
         let to = properties.and_then(|p| p.to.as_deref());
-        let (exchange, routing_key) = match self.destination(target, to) {
+        let checked = self
+            .check_user_id(properties.and_then(|p| p.user_id.as_ref()))
+            .and_then(|()| self.destination(&target, to));
+        let (exchange, routing_key) = match checked {
             Ok(to) => to,
             Err(error) => {
-                if !settled {
-                    let state = DeliveryState::Rejected { error: Some(error) };
-                    self.pending.outcomes.push((channel, delivery_id, state));
-                }
+                let state = DeliveryState::Rejected { error: Some(error) };
+                self.outcome(channel, delivery_id, settled, state);
                 return Ok(());
             }
         };
-        let (head, body) = convert::kept_sections(&sections, &raw);
-        let header = sections.header.as_ref();
-        let message = Arc::new(Message {
-            format: Format::Amqp10,
-            exchange,
-            routing_key,
-            properties: head,
-            body: body.into(),
-            persistent: header.is_some_and(|h| h.durable),
-            priority: header.and_then(|h| h.priority).unwrap_or(0),
-            expiration_ms: header.and_then(|h| h.ttl),
-            deaths: None,
-        });
+        let message = Arc::new(message_of(&sections, &raw, exchange, routing_key));
         // A vector kept from the last publish (no allocation per message).
         let mut targets = std::mem::take(&mut self.route_targets);
         targets.clear();
         if let Err(error) = self.route(&message, &sections, &raw, &mut targets) {
-            if matches!(target, LinkTarget::Anonymous) {
-                if !settled {
-                    let state = DeliveryState::Rejected {
-                        error: Some(broker_error(error)),
-                    };
-                    self.pending.outcomes.push((channel, delivery_id, state));
-                }
-                return Ok(());
+            if !matches!(target, LinkTarget::Anonymous) {
+                let error = broker_error(error);
+                return Err(Fault::Detach {
+                    channel,
+                    handle,
+                    error,
+                });
             }
-            return Err(Fault::Detach {
-                channel,
-                handle,
-                error: broker_error(error),
-            });
+            let state = DeliveryState::Rejected {
+                error: Some(broker_error(error)),
+            };
+            self.outcome(channel, delivery_id, settled, state);
+        } else if targets.is_empty() {
+            self.outcome(channel, delivery_id, settled, DeliveryState::Released);
+        } else {
+            self.enqueue(channel, delivery_id, settled, &message, &targets);
         }
-        if targets.is_empty() {
-            if !settled {
-                let state = DeliveryState::Released;
-                self.pending.outcomes.push((channel, delivery_id, state));
-            }
-            return Ok(());
+        targets.clear();
+        self.route_targets = targets;
+        Ok(())
+    }
+
+    /// A user-id property must name the authenticated user. RabbitMQ ends the session;
+    /// Warren rejects the message, which every client reports on the send that caused it.
+    fn check_user_id(&self, user_id: Option<&Bytes>) -> Result<(), AmqpError> {
+        match user_id.filter(|u| u.as_ref() != self.user.as_bytes()) {
+            None => Ok(()),
+            Some(user_id) => Err(AmqpError::new(
+                condition::UNAUTHORIZED_ACCESS,
+                format!(
+                    "user_id property set to '{}' but authenticated user was '{}'",
+                    String::from_utf8_lossy(user_id),
+                    self.user
+                ),
+            )),
         }
+    }
+
+    /// The outcome of an unsettled delivery, sent with the turn's; none for a settled one.
+    pub(super) fn outcome(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        state: DeliveryState,
+    ) {
+        if !settled {
+            self.pending.outcomes.push((channel, delivery_id, state));
+        }
+    }
+
+    /// A request to the management node, answered at the end of the turn.
+    pub(super) fn request_management(&mut self, request: Request) {
+        self.pending.management.push(request);
+    }
+
+    /// Adds a routed message to its queues' batches; an unsettled one waits for its outcome.
+    fn enqueue(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        message: &Arc<Message>,
+        targets: &[QueueHandle],
+    ) {
+        debug_assert!(!targets.is_empty(), "invariant: a routed message");
         let tag = if settled {
             NO_TAG
         } else {
@@ -293,16 +175,13 @@ impl Connection {
         };
         let waits = targets
             .iter()
-            .any(|q| waits_for_queue(q, message.persistent) || q.args().rejects_publishes());
-        for queue in &targets {
-            self.pending.publish(queue, message.clone(), tag);
+            .any(|q| publish_batch::confirm_waits(q, message.persistent, true));
+        for queue in targets {
+            self.pending.batches.publish(queue, message.clone(), tag);
         }
         if !settled {
             self.pending.unconfirmed.push((channel, delivery_id, waits));
         }
-        targets.clear();
-        self.route_targets = targets;
-        Ok(())
     }
 
     /// The exchange and routing key of a message on a link with `target`, whose `to` property
@@ -336,21 +215,16 @@ impl Connection {
                         "anonymous terminus requires the 'to' address of each message to be set",
                     ));
                 };
-                match address::parse(to) {
-                    Ok(Address::Queue(queue)) => {
-                        self.check(Perm::Write, ResourceKind::Exchange, "")?;
-                        Ok((Bytes::new(), Bytes::from(queue)))
-                    }
-                    Ok(Address::Exchange {
+                let address = address::parse(to)
+                    .map_err(|text| AmqpError::new(condition::PRECONDITION_FAILED, text))?;
+                self.check_writable(&address)?;
+                Ok(match address {
+                    Address::Queue(queue) => (Bytes::new(), Bytes::from(queue)),
+                    Address::Exchange {
                         exchange,
                         routing_key,
-                    }) => {
-                        self.check(Perm::Write, ResourceKind::Exchange, &exchange)?;
-                        self.check_exchange(&exchange)?;
-                        Ok((Bytes::from(exchange), Bytes::from(routing_key)))
-                    }
-                    Err(text) => Err(AmqpError::new(condition::PRECONDITION_FAILED, text)),
-                }
+                    } => (Bytes::from(exchange), Bytes::from(routing_key)),
+                })
             }
         }
     }
@@ -379,91 +253,19 @@ impl Connection {
         snapshot.route(exchange, &[routing_key], &mut fields, targets)
     }
 
-    /// Hands collected credit, settlements and publishes to their queues, then sends the
-    /// outcomes that need no confirm ticket. Publishes that must be safe first (persistent
-    /// messages to durable queues, queues that may refuse them) share one ticket per call.
+    /// Hands collected credit, settlements and publishes to their queues (see
+    /// `connection::publish_batch`), then sends the outcomes that need no confirm ticket.
+    /// Publishes that must be safe first (persistent messages to durable queues, queues that
+    /// may refuse them) share one ticket per turn.
     pub(super) async fn flush_pending(&mut self) {
         // Credit and settlements first: they free a consumer's room before the queue
         // dispatches this flush's publishes, which may run at once (inline).
         send_credit(std::mem::take(&mut self.pending.credits)).await;
-        self.pending.settles.send().await;
-        let mut publishes = std::mem::take(&mut self.pending.publishes);
-        let mut ticket: Option<ConfirmTicket> = None;
-        for (
-            _,
-            QueueBatch {
-                queue,
-                messages,
-                tags,
-            },
-        ) in publishes.drain()
-        {
-            let persistent = messages.iter().any(|m| m.persistent);
-            let waits = waits_for_queue(&queue, persistent) || tags.iter().any(|&t| t != NO_TAG);
-            let confirm = waits.then(|| {
-                let confirms = &mut self.pending.confirms;
-                let ticket = ticket.get_or_insert_with(|| confirms.open(&self.outbox, None));
-                confirms.hold(ticket); // the queue settles it once (see `warren_core::confirm`)
-                ticket.clone()
-            });
-            // Served meanwhile (it may consume from the same queue): see `publish_serving`.
-            let outbox = self.outbox.clone();
-            queue
-                .publish_serving(messages, confirm, tags, &outbox, self)
-                .await;
-        }
-        self.pending.publishes = publishes;
-        let ticket_id = ticket.as_ref().map(ConfirmTicket::id);
-        let completed = ticket.and_then(|t| self.pending.confirms.release(t));
-        for (channel, delivery_id, waits) in std::mem::take(&mut self.pending.unconfirmed) {
-            match ticket_id.filter(|_| waits) {
-                Some(id) => self
-                    .pending
-                    .waiting
-                    .entry(id)
-                    .or_default()
-                    .push((channel, delivery_id)),
-                None => self
-                    .pending
-                    .outcomes
-                    .push((channel, delivery_id, DeliveryState::Accepted)),
-            }
-        }
-        if let (Some(ticket), Some(ok)) = (ticket_id, completed) {
-            self.on_confirmed(ticket, ok); // every queue settled before the deliveries waited
-        }
+        let accept = !self.pending.unconfirmed.is_empty();
+        publish_batch::end_turn(self, accept).await;
         let requests = std::mem::take(&mut self.pending.management);
         if !requests.is_empty() {
             self.answer_management(requests).await;
-        }
-        self.write_outcomes();
-    }
-
-    /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
-    pub(super) fn on_confirmed(&mut self, ticket: u64, ok: bool) {
-        let Some(deliveries) = self.pending.waiting.remove(&ticket) else {
-            return;
-        };
-        for (channel, delivery_id) in deliveries {
-            let refused = self.pending.rejected.remove(&tag_of(channel, delivery_id));
-            let state = if refused {
-                DeliveryState::Rejected {
-                    error: Some(AmqpError::new(
-                        condition::RESOURCE_LIMIT_EXCEEDED,
-                        "a target queue refused the message: it is full (x-overflow=reject-publish)",
-                    )),
-                }
-            } else if ok {
-                DeliveryState::Accepted
-            } else {
-                DeliveryState::Rejected {
-                    error: Some(AmqpError::new(
-                        condition::INTERNAL_ERROR,
-                        "the message store could not write the message",
-                    )),
-                }
-            };
-            self.pending.outcomes.push((channel, delivery_id, state));
         }
         self.write_outcomes();
     }
@@ -514,36 +316,89 @@ impl Connection {
     }
 }
 
-fn link_error(channel: u16, handle: u32, condition: &str, text: String) -> Fault {
-    Fault::Detach {
-        channel,
-        handle,
-        error: AmqpError::new(condition, text),
+/// The message a publish makes of its sections, kept as they came (see
+/// `convert::kept_sections`).
+fn message_of(sections: &Sections, raw: &Bytes, exchange: Bytes, routing_key: Bytes) -> Message {
+    let (head, body) = convert::kept_sections(sections, raw);
+    let header = sections.header.as_ref();
+    Message {
+        format: Format::Amqp10,
+        exchange,
+        routing_key,
+        properties: head,
+        body: body.into(),
+        persistent: header.is_some_and(|h| h.durable),
+        priority: header.and_then(|h| h.priority).unwrap_or(0),
+        expiration_ms: header.and_then(|h| h.ttl),
+        deaths: None,
     }
-}
-
-/// Whether the queue's type confirms such a publish only after a durability event (an fsync)
-/// rather than once it holds it.
-fn waits_for_queue(queue: &QueueHandle, persistent: bool) -> bool {
-    queue.confirm_after(persistent) != ConfirmAfter::Enqueued
-}
-
-/// A message from the payloads of its transfers: `chunks` then `last`.
-fn join(chunks: Vec<Bytes>, last: Bytes) -> Bytes {
-    if chunks.is_empty() {
-        return last;
-    }
-    // A message split over frames is joined once; single-frame messages stay zero-copy.
-    let size = chunks.iter().map(Bytes::len).sum::<usize>() + last.len();
-    let mut body = BytesMut::with_capacity(size);
-    chunks.iter().for_each(|c| body.extend_from_slice(c));
-    body.extend_from_slice(&last);
-    body.freeze()
 }
 
 impl ServeWhileWaiting for Connection {
     async fn serve(&mut self) -> bool {
         self.on_events_now();
         self.flush().await.is_ok()
+    }
+}
+
+impl Publisher for Connection {
+    fn publish_parts(&mut self) -> (&mut PublishBatches, &Arc<Outbox>) {
+        (&mut self.pending.batches, &self.outbox)
+    }
+
+    /// This turn's publishes are with their queues: the unsettled ones that must be safe
+    /// first wait for `ticket`, the others are accepted now.
+    fn handed_over(&mut self, ticket: Option<u64>) {
+        let mut unconfirmed = std::mem::take(&mut self.pending.unconfirmed);
+        for (channel, delivery_id, waits) in unconfirmed.drain(..) {
+            match ticket.filter(|_| waits) {
+                Some(id) => self
+                    .pending
+                    .waiting
+                    .entry(id)
+                    .or_default()
+                    .push((channel, delivery_id)),
+                None => self
+                    .pending
+                    .outcomes
+                    .push((channel, delivery_id, DeliveryState::Accepted)),
+            }
+        }
+        self.pending.unconfirmed = unconfirmed;
+        self.write_outcomes();
+    }
+
+    /// A confirm ticket came back: its publishes are safe (`ok`) or lost.
+    fn on_confirmed(&mut self, ticket: u64, ok: bool) {
+        let Some(deliveries) = self.pending.waiting.remove(&ticket) else {
+            return;
+        };
+        for (channel, delivery_id) in deliveries {
+            let refused = self.pending.rejected.remove(&tag_of(channel, delivery_id));
+            let state = if refused {
+                DeliveryState::Rejected {
+                    error: Some(AmqpError::new(
+                        condition::RESOURCE_LIMIT_EXCEEDED,
+                        "a target queue refused the message: it is full \
+                         (x-overflow=reject-publish)",
+                    )),
+                }
+            } else if ok {
+                DeliveryState::Accepted
+            } else {
+                DeliveryState::Rejected {
+                    error: Some(AmqpError::new(
+                        condition::INTERNAL_ERROR,
+                        "the message store could not write the message",
+                    )),
+                }
+            };
+            self.pending.outcomes.push((channel, delivery_id, state));
+        }
+        self.write_outcomes();
+    }
+
+    fn write_now(&mut self) {
+        output::write_without_waiting(self.flush());
     }
 }

@@ -40,6 +40,16 @@ pub struct Session {
     pub detached: Vec<u32>,
 }
 
+impl Session {
+    /// `frames` transfer frames went out: each takes a transfer-id and a unit of the client's
+    /// incoming window (a delivery split over frames may take more than the window had).
+    pub fn sent(&mut self, frames: u32) {
+        debug_assert!(frames > 0, "invariant: a delivery takes at least one frame");
+        self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
+        self.remote_incoming_window = self.remote_incoming_window.saturating_sub(frames);
+    }
+}
+
 impl Connection {
     pub(super) fn session(&mut self, channel: u16) -> Result<&mut Session, Fault> {
         self.sessions.get_mut(&channel).ok_or_else(|| {
@@ -92,7 +102,9 @@ impl Connection {
 
     pub(super) async fn on_end(&mut self, channel: u16, end: End) -> Result<(), Fault> {
         self.session(channel)?;
-        tracing::debug!(connection = self.id, channel, error = ?end.error, "session ended by client");
+        tracing::debug!(
+            connection = self.id, channel, error = ?end.error, "session ended by client"
+        );
         self.release_session(channel).await;
         self.out.frame(channel, &Performative::End(End::default()));
         Ok(())
@@ -268,13 +280,7 @@ impl Connection {
                 Ok(())
             }
             Some(Link::Management(link)) => {
-                let granted = flow.link_credit.unwrap_or(0);
-                let counted_from = flow.delivery_count.unwrap_or(link.delivery_count);
-                let credit = counted_from
-                    .wrapping_add(granted)
-                    .wrapping_sub(link.delivery_count);
-                // More than granted means the count is behind ours: the credit is used up.
-                link.link_credit = if credit > granted { 0 } else { credit };
+                link.link_credit = super::link::credit_granted(&flow, link.delivery_count);
                 self.pump_management(channel, handle);
                 if flow.echo {
                     self.send_session_flow(channel, Some(handle));

@@ -1,11 +1,7 @@
-//! Outgoing frames of one AMQP 1.0 connection, written once per turn. Small frames are encoded
-//! into one buffer; a large message body joins the write list as its own `Bytes` (a slice of
-//! the publisher's read buffer), not copied.
+//! Outgoing frames of one AMQP 1.0 connection, written once per turn (see
+//! `connection::output`, which both protocols share): a large message body joins the write
+//! list as its own slices (of the publisher's read buffers), not copied.
 
-use std::io::IoSlice;
-
-use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
 use warren_proto::amqp10::frame::{
     encode_empty_frame, encode_frame, encode_frame_head, encode_sasl_frame, frame_head_len,
 };
@@ -13,40 +9,33 @@ use warren_proto::amqp10::{Performative, SaslFrame, Transfer};
 
 use warren_core::message::Body;
 
-use crate::encode_buffer::Keeper;
+use crate::connection::output::{Output, ZERO_COPY_BYTES_MIN};
 
-/// Buffers handed to one `writev`.
-const IOVECS_MAX: usize = 512;
-/// Bodies at least this large are written from their own buffer instead of being copied.
-const ZERO_COPY_BYTES_MIN: usize = 4096;
-
+/// AMQP 1.0 frames on the shared output.
 #[derive(Default)]
 pub struct Writer {
-    encode: BytesMut,
-    queued: Vec<Bytes>,
-    /// Whether `encode` is kept between flushes.
-    keeper: Keeper,
+    out: Output,
 }
 
 impl Writer {
     pub fn raw(&mut self, bytes: &[u8]) {
-        self.encode.extend_from_slice(bytes);
+        self.out.encode().extend_from_slice(bytes);
     }
 
     pub fn frame(&mut self, channel: u16, performative: &Performative) {
-        encode_frame(&mut self.encode, channel, performative, &[]);
+        encode_frame(self.out.encode(), channel, performative, &[]);
     }
 
     pub fn sasl(&mut self, frame: &SaslFrame) {
-        encode_sasl_frame(&mut self.encode, frame);
+        encode_sasl_frame(self.out.encode(), frame);
     }
 
     pub fn empty(&mut self) {
-        encode_empty_frame(&mut self.encode);
+        encode_empty_frame(self.out.encode());
     }
 
     pub fn is_empty(&self) -> bool {
-        self.encode.is_empty() && self.queued.is_empty()
+        self.out.is_empty()
     }
 
     /// Writes a delivery as one or more transfer frames of at most `max_frame_size` bytes:
@@ -65,17 +54,18 @@ impl Writer {
         let handle = first.handle;
         // The common case, a delivery in one frame: the head is encoded once, with `more`
         // false, and kept when the whole delivery fits in the frame.
-        let start = self.encode.len();
+        let encode = self.out.encode();
+        let start = encode.len();
         let single = Performative::Transfer(Transfer {
             more: false,
             ..first
         });
-        encode_frame_head(&mut self.encode, channel, &single, total);
-        if self.encode.len() - start + total <= max_frame_size as usize {
+        encode_frame_head(encode, channel, &single, total);
+        if encode.len() - start + total <= max_frame_size as usize {
             self.payload(prefix, body, 0, total);
             return 1;
         }
-        self.encode.truncate(start);
+        encode.truncate(start);
         let Performative::Transfer(mut transfer) = single else {
             unreachable!("invariant: built as a transfer just above");
         };
@@ -89,7 +79,7 @@ impl Writer {
             let chunk = room.min(total - sent);
             transfer.more = sent + chunk < total;
             let performative = Performative::Transfer(transfer);
-            encode_frame_head(&mut self.encode, channel, &performative, chunk);
+            encode_frame_head(self.out.encode(), channel, &performative, chunk);
             self.payload(prefix, body, sent, chunk);
             sent += chunk;
             if sent >= total {
@@ -107,71 +97,28 @@ impl Writer {
         let end = from + len;
         if from < prefix.len() {
             let upto = end.min(prefix.len());
-            self.encode
+            self.out
+                .encode()
                 .extend_from_slice(prefix.get(from..upto).unwrap_or_default());
         }
         if end > prefix.len() {
             let start = from.saturating_sub(prefix.len());
             let stop = end - prefix.len();
             if stop - start >= ZERO_COPY_BYTES_MIN {
-                let encoded = self.encode.split().freeze();
-                if !encoded.is_empty() {
-                    self.queued.push(encoded);
-                }
-                body.for_each_slice(start..stop, |slice| self.queued.push(slice));
+                self.out.push_body(body, start..stop);
             } else {
                 // Copied: cheaper than a handle on the body for a few bytes.
-                body.copy_range_to(start..stop, &mut self.encode);
+                body.copy_range_to(start..stop, self.out.encode());
             }
         }
     }
 
-    pub async fn flush(&mut self, socket: &mut crate::socket::SocketWriter) -> std::io::Result<()> {
-        if !self.encode.is_empty() {
-            let encoded = self.encode.split().freeze();
-            self.queued.push(encoded);
-        }
-        let written = write_all_vectored(socket, &mut self.queued).await?;
-        // A TLS socket may hold records back until flushed (plain TCP: nothing to do).
-        socket.flush().await?;
-        self.keeper.after_flush(&mut self.encode, written);
-        Ok(())
+    /// Writes everything queued (see `Output::flush`); returns the bytes written and the
+    /// write calls it took.
+    pub async fn flush(
+        &mut self,
+        socket: &mut crate::socket::SocketWriter,
+    ) -> std::io::Result<(u64, u64)> {
+        self.out.flush(socket).await
     }
-}
-
-/// Writes `parts` in order with as few `writev` calls as the socket allows, and empties it;
-/// returns the bytes written.
-async fn write_all_vectored(
-    socket: &mut crate::socket::SocketWriter,
-    parts: &mut Vec<Bytes>,
-) -> std::io::Result<usize> {
-    let mut total = 0;
-    let mut done = 0; // parts written whole
-    while done < parts.len() {
-        let slices: Vec<IoSlice<'_>> = parts
-            .iter()
-            .skip(done)
-            .take(IOVECS_MAX)
-            .map(|part| IoSlice::new(part))
-            .collect();
-        let mut written = socket.write_vectored(&slices).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        total += written;
-        while written > 0 {
-            let Some(part) = parts.get_mut(done) else {
-                break;
-            };
-            if part.len() <= written {
-                written -= part.len();
-                done += 1;
-            } else {
-                part.advance(written);
-                written = 0;
-            }
-        }
-    }
-    parts.clear();
-    Ok(total)
 }

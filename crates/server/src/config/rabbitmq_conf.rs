@@ -143,6 +143,14 @@ fn fold_listed(entry: &Entry<'_>, table: &mut Table) -> Result<Option<&'static s
     else {
         return Ok(None);
     };
+    fold_tls(name, setting, value, table)?;
+    Ok(Some(name))
+}
+
+/// A TLS setting (`setting` of `ssl_options.*`, `management.ssl.*` or `prometheus.ssl.*`),
+/// folded into the table of TLS options under `name`.
+fn fold_tls(name: &str, setting: &str, value: &str, table: &mut Table) -> Result<(), String> {
+    let string = || Value::String(value.to_owned());
     let options = match table
         .entry(name)
         .or_insert_with(|| Value::Table(Table::new()))
@@ -180,7 +188,7 @@ fn fold_listed(entry: &Entry<'_>, table: &mut Table) -> Result<Option<&'static s
             ))
         }
     }
-    Ok(Some(name))
+    Ok(())
 }
 
 /// The array under `name` in `table`, made empty the first time (a listed setting replaces
