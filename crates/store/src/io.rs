@@ -79,34 +79,7 @@ pub trait LogFile: Send + Sync + fmt::Debug {
 /// error after some bytes) is a [`StoreError::ShortWrite`]: the file now holds a partial
 /// record, which only recovery may cut.
 pub fn write_all_at(file: &dyn LogFile, buf: &[u8], offset: u64) -> Result<(), StoreError> {
-    let mut written = 0;
-    while written < buf.len() {
-        let at = offset + written as u64;
-        let failure = match file.write_at(&buf[written..], at) {
-            Ok(0) => io::Error::new(io::ErrorKind::WriteZero, "the write took no bytes"),
-            Ok(n) => {
-                debug_assert!(
-                    n <= buf.len() - written,
-                    "a write cannot take more than asked"
-                );
-                written += n;
-                continue;
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-            Err(error) => error,
-        };
-        if written == 0 {
-            return Err(StoreError::io("write", file.path(), failure));
-        }
-        return Err(StoreError::ShortWrite {
-            file: file.path().to_path_buf(),
-            offset,
-            wanted: buf.len() as u64,
-            written: written as u64,
-            source: failure,
-        });
-    }
-    Ok(())
+    write_all_vectored_at(file, &mut [io::IoSlice::new(buf)], offset)
 }
 
 /// `iovec`s handed to one `pwritev` (Linux's `IOV_MAX` is 1024).
