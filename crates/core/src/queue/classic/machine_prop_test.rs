@@ -91,6 +91,9 @@ struct Harness {
     confirms: ConfirmWaits,
     consumer: Arc<Outbox>,
     memory_budget: usize,
+    /// The consumer does not ack: what it is handed is done with at once (and a message
+    /// delivered in the turn it was published in is never written).
+    no_ack: bool,
 }
 
 fn def() -> QueueDef {
@@ -113,12 +116,12 @@ fn open_store(dir: &std::path::Path) -> (Store, Recovered) {
 }
 
 impl Harness {
-    fn new(memory_budget: usize) -> Harness {
+    fn new(memory_budget: usize, no_ack: bool) -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let (store, recovered) = open_store(dir.path());
         let publisher = Outbox::new();
         let consumer = Outbox::new();
-        let queue = start(&store, recovered, memory_budget, &consumer);
+        let queue = start(&store, recovered, memory_budget, &consumer, no_ack);
         Harness {
             dir,
             store,
@@ -127,6 +130,7 @@ impl Harness {
             confirms: ConfirmWaits::default(),
             consumer,
             memory_budget,
+            no_ack,
         }
     }
 
@@ -137,7 +141,13 @@ impl Harness {
         }
         let (store, recovered) = open_store(self.dir.path());
         self.consumer = Outbox::new();
-        self.queue = start(&store, recovered, self.memory_budget, &self.consumer);
+        self.queue = start(
+            &store,
+            recovered,
+            self.memory_budget,
+            &self.consumer,
+            self.no_ack,
+        );
         self.store = store;
     }
 
@@ -180,6 +190,7 @@ fn start(
     mut recovered: Recovered,
     memory_budget: usize,
     consumer: &Arc<Outbox>,
+    no_ack: bool,
 ) -> ClassicQueue {
     let def = def();
     let id = warren_store::queue_id(&def.vhost, &def.name);
@@ -205,7 +216,7 @@ fn start(
         connection: 1,
         channel: 1,
         tag: Arc::from("c"),
-        no_ack: false,
+        no_ack,
         exclusive: false,
         priority: 0,
         credit: 0,
@@ -236,8 +247,8 @@ fn body_id(message: &Message) -> u64 {
 }
 
 /// Runs `ops` on a fresh queue and its model; `Err` names the first disagreement.
-fn run(ops: &[Op], memory_budget: usize) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(memory_budget);
+fn run(ops: &[Op], memory_budget: usize, no_ack: bool) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(memory_budget, no_ack);
     let mut model = Model::default();
     for op in ops {
         match op {
@@ -355,7 +366,11 @@ fn take_delivered(h: &mut Harness, model: &mut Model, credit: usize) -> Result<(
         prop_assert_eq!(expected.map(|(_, k)| k.id), Some(id), "delivered in order");
         let known = expected.expect("checked").1;
         prop_assert_eq!(redelivered, known.redelivered, "redelivered flag");
-        model.unacked.push((seq, known));
+        if h.no_ack {
+            model.uncertain.remove(&known.id); // done with: it must never come back
+        } else {
+            model.unacked.push((seq, known));
+        }
     }
     Ok(())
 }
@@ -459,8 +474,36 @@ proptest! {
     fn classic_queue_agrees_with_its_model(
         ops in proptest::collection::vec(op(), 1..60),
         paged in any::<bool>(),
+        no_ack in any::<bool>(),
     ) {
         // A budget of 0 pages every message out to the store (lazy), exercising reads back.
-        run(&ops, if paged { 0 } else { 1 << 20 })?;
+        run(&ops, if paged { 0 } else { 1 << 20 }, no_ack)?;
     }
+}
+
+/// A persistent message handed to a no-ack consumer in the turn it was published in is done
+/// with before the turn's records go out: it is never written, and its confirm still comes.
+/// One that waits in the queue is written.
+#[test]
+fn a_message_delivered_no_ack_in_its_publish_turn_is_never_written() {
+    let mut h = Harness::new(1 << 20, true);
+    let mut model = Model::default();
+    h.turn(QueueCmd::Credit {
+        consumer: 1,
+        credit: 3,
+    });
+    let before = h.store.stats().bytes_written;
+    publish(&mut h, &mut model, true, 3, true).expect("confirmed");
+    take_delivered(&mut h, &mut model, 3).expect("delivered in order");
+    assert!(model.ready.is_empty(), "all three went to the consumer");
+    assert_eq!(h.store.stats().bytes_written, before, "nothing was written");
+
+    publish(&mut h, &mut model, true, 2, true).expect("confirmed");
+    assert_eq!(model.ready.len(), 2, "no credit left: both wait");
+    assert!(
+        h.store.stats().bytes_written > before,
+        "waiting persistent messages are written"
+    );
+    restart(&mut h, &mut model, false).expect("the two waiting ones come back, no others");
+    assert_eq!(model.ready.len(), 2);
 }

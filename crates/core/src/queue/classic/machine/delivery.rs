@@ -205,13 +205,15 @@ impl ClassicQueue {
     /// Takes a message out for a consumer: it becomes unacked, or is done with when the
     /// consumer does not ack (no-ack).
     fn hand_out(&mut self, ready: &Ready, no_ack: bool) {
-        self.delivered_max = self.delivered_max.max(ready.seq);
         self.totals.delivered_total += 1;
         self.totals.redelivered_total += u64::from(ready.stored.redelivered);
         if no_ack {
+            // Done with: no `delivered` mark needed, and no record at all when it was
+            // published in this turn.
             self.forget(ready.seq, &ready.stored);
             self.expiry.remove(ready.seq);
         } else {
+            self.delivered_max = self.delivered_max.max(ready.seq);
             self.unacked.insert(ready.seq, ready.stored.clone());
         }
     }

@@ -30,18 +30,28 @@ pub(super) struct Persist {
     pub(super) memory_budget: usize,
     /// Records of this turn, written by `flush_store`.
     pub(super) batch: RecordBatch,
-    /// Sequence numbers of the enqueue records in `batch`, in order, and whether the message
-    /// leaves memory once written (beyond the budget).
-    pub(super) enqueued: Vec<(u64, bool)>,
-    /// Of those, the ones already done with (delivered no-ack in the same turn): forgotten
-    /// once their location is known.
-    pub(super) done_unwritten: Vec<u64>,
+    /// Messages of this turn to be written, in sequence order. Their records are made by
+    /// `flush_store`, so one that is done with before then (delivered to a no-ack consumer,
+    /// dropped) is never written at all.
+    pub(super) enqueued: Vec<Unwritten>,
     pub(super) acks: Vec<u64>,
     pub(super) locations: Vec<Location>,
     /// Highest sequence number a `delivered` record covers.
     pub(super) delivered_written: u64,
     /// A failed write was logged (the store logs the cause; the queue says it once).
     pub(super) failure_logged: bool,
+}
+
+/// A message enqueued this turn whose record `flush_store` writes unless it is done with first.
+pub(super) struct Unwritten {
+    pub(super) seq: u64,
+    pub(super) flags: u8,
+    pub(super) message: Arc<Message>,
+    pub(super) deadline: Option<u64>,
+    /// Beyond the memory budget: the message leaves memory once written.
+    pub(super) page_out: bool,
+    /// Done with before it was written: no record, no ack.
+    pub(super) done: bool,
 }
 
 impl Persist {
@@ -55,10 +65,6 @@ impl Persist {
         assert!(
             self.enqueued.is_empty(),
             "invariant: every enqueue got its location"
-        );
-        assert!(
-            self.done_unwritten.is_empty(),
-            "invariant: every done message forgotten"
         );
         assert!(self.acks.is_empty(), "invariant: the turn's acks went out");
     }
@@ -84,7 +90,6 @@ impl ClassicQueue {
             },
             batch: RecordBatch::new(),
             enqueued: Vec::new(),
-            done_unwritten: Vec::new(),
             acks: Vec::new(),
             locations: Vec::new(),
             delivered_written: 0,
@@ -123,11 +128,23 @@ impl ClassicQueue {
         );
     }
 
-    /// Writes the records of this turn and notes where the enqueued messages went.
+    /// Writes the records of this turn and notes where the enqueued messages went. A message
+    /// already done with (delivered to a no-ack consumer in the same turn) is not written: its
+    /// publisher's confirm, if any, still waits for this turn's fsync.
     pub fn flush_store(&mut self) {
         let Some(persist) = self.persist.as_mut() else {
             return;
         };
+        persist.enqueued.retain(|m| !m.done);
+        for m in &persist.enqueued {
+            persist.batch.enqueue_with_body(
+                persist.id,
+                m.seq,
+                m.flags,
+                |out| m.message.encode_stored_head(out, m.deadline),
+                m.message.body.chunks(),
+            );
+        }
         if !persist.acks.is_empty() {
             persist.batch.ack(persist.id, &mut persist.acks);
             persist.acks.clear();
@@ -147,29 +164,21 @@ impl ClassicQueue {
                 );
             }
             persist.enqueued.clear();
-            persist.done_unwritten.clear();
             return;
         }
-        // The turn's messages are where dispatch left them: still ready, unacked, or done.
-        persist.done_unwritten.sort_unstable();
-        for ((seq, page_out), location) in
-            persist.enqueued.drain(..).zip(persist.locations.drain(..))
-        {
-            if self.ready.set_location(seq, location, page_out) {
+        // The turn's messages are where dispatch left them: still ready or unacked.
+        for (m, location) in persist.enqueued.drain(..).zip(persist.locations.drain(..)) {
+            if self.ready.set_location(m.seq, location, m.page_out) {
                 continue;
             }
-            if let Some(stored) = self.unacked.get_mut(&seq) {
+            let stored = self.unacked.get_mut(&m.seq);
+            debug_assert!(
+                stored.is_some(),
+                "invariant: a message not done with is ready or unacked"
+            );
+            if let Some(stored) = stored {
                 stored.location = Some(location);
-            } else if persist.done_unwritten.binary_search(&seq).is_ok() {
-                persist.batch.forget(location);
             }
-        }
-        persist.done_unwritten.clear();
-        if !persist.batch.is_empty() {
-            // Only the forgotten ones: accounting, no write.
-            let _ = persist
-                .store
-                .append(&mut persist.batch, &mut persist.locations);
         }
     }
 
@@ -183,15 +192,13 @@ impl ClassicQueue {
                 persist.batch.forget(location);
                 true
             }
-            None if persist
-                .enqueued
-                .binary_search_by_key(&seq, |&(s, _)| s)
-                .is_ok() =>
-            {
-                persist.done_unwritten.push(seq); // its record goes out with this turn's
-                true
+            None => {
+                // Enqueued this turn: its record is not written at all.
+                if let Ok(at) = persist.enqueued.binary_search_by_key(&seq, |m| m.seq) {
+                    persist.enqueued[at].done = true;
+                }
+                false
             }
-            None => false,
         };
         if written && persist.durable {
             persist.acks.push(seq); // a paged-out transient message needs no ack record

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use warren_store::FLAG_DURABLE;
 
 use super::super::ready::{Ready, Stored};
+use super::persist::Unwritten;
 use super::ClassicQueue;
 use crate::confirm::ConfirmTicket;
 use crate::dead_letter::DeathReason;
@@ -83,16 +84,15 @@ impl ClassicQueue {
             let over_budget =
                 self.ready.memory() + message.resident_bytes() > persist.memory_budget;
             if durable || over_budget {
-                let flags = if durable { FLAG_DURABLE } else { 0 };
-                persist.batch.enqueue_with_body(
-                    persist.id,
+                // Written by `flush_store` at the end of the turn, unless done with by then.
+                persist.enqueued.push(Unwritten {
                     seq,
-                    flags,
-                    |out| message.encode_stored_head(out, deadline),
-                    message.body.chunks(),
-                );
-                // Beyond the budget the message leaves memory once it is written.
-                persist.enqueued.push((seq, over_budget));
+                    flags: if durable { FLAG_DURABLE } else { 0 },
+                    message: message.clone(),
+                    deadline,
+                    page_out: over_budget,
+                    done: false,
+                });
                 written = durable;
             }
         }
