@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::message::Message;
-use crate::queue::QueueHandle;
+use crate::queue::{ConsumeStart, QueueHandle};
 
 /// Identifies a connection broker-wide (exclusive queue ownership, consumer bookkeeping).
 pub type ConnectionId = u64;
@@ -39,6 +39,9 @@ pub struct Consumer {
     /// such a consumer takes messages as fast as the broker sends them, so a backlog in
     /// front of it means publishers outrun it (see `limits::QUEUE_FLOW_BACKLOG_MAX`).
     pub credit_on_write: bool,
+    /// Where to start reading (`x-stream-offset`); `None` for the type's default. Only a
+    /// type that lists `x-stream-offset` among its consumer arguments takes one.
+    pub start: Option<ConsumeStart>,
     pub outbox: Arc<Outbox>,
 }
 

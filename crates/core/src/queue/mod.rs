@@ -24,6 +24,7 @@
 pub mod action;
 pub mod args;
 pub mod classic;
+pub mod consume_start;
 mod expiry;
 mod forward;
 pub mod queue_type;
@@ -45,6 +46,7 @@ use crate::value::Table;
 
 pub use action::Action;
 pub use args::{Overflow, QueueArgs};
+pub use consume_start::ConsumeStart;
 pub use queue_type::{ConfirmAfter, QueueType};
 pub use stats::{QueueStats, QueueStatsSnapshot};
 

@@ -185,6 +185,14 @@ impl QueueType {
 }
 
 impl QueueType {
+    /// The type starts a consumer where it asks (`x-stream-offset`, see `ConsumeStart`).
+    pub fn takes_consume_start(self) -> bool {
+        self.behaviour()
+            .capabilities()
+            .consumer_arguments
+            .contains(&super::consume_start::STREAM_OFFSET_ARGUMENT)
+    }
+
     /// Checks a consumer's argument names against the type (RabbitMQ's
     /// `check_consume_arguments`): another type's argument, such as `x-stream-offset` on a
     /// classic queue, is refused with `invalid arg 'x-stream-offset' for queue 'q' in vhost

@@ -13,9 +13,11 @@ use warren_core::consumer::{Consumer, Delivery, Event};
 use warren_core::limits::{
     CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
 };
-use warren_core::queue::{send_credit, QueueCmd, QueueHandle, SettleOp};
+use warren_core::queue::consume_start::STREAM_OFFSET_ARGUMENT;
+use warren_core::queue::{send_credit, ConsumeStart, QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
+use warren_core::value::Value;
 use warren_core::vhost::generate_name;
 use warren_core::BrokerError;
 use warren_proto::amqp091::{
@@ -265,7 +267,7 @@ impl Connection {
                 cause,
             ));
         }
-        let priority = consumer_priority(&queue, &consume.arguments)
+        let (priority, start) = consumer_arguments(&queue, &consume.arguments)
             .map_err(|error| Fault::broker(id, error, cause))?;
         let mut state = ConsumerState {
             id: self.shared.broker.next_id(),
@@ -290,6 +292,7 @@ impl Connection {
             priority,
             credit,
             credit_on_write: state.no_ack || state.prefetch == 0,
+            start,
             outbox: self.outbox.clone(),
         };
         queue
@@ -728,17 +731,33 @@ impl Connection {
     }
 }
 
-/// The priority basic.consume's `x-priority` asks for (0 without it), once the queue's type
-/// has taken the consumer's arguments.
-fn consumer_priority(queue: &QueueHandle, arguments: &FieldTable) -> Result<i64, BrokerError> {
+/// What basic.consume's arguments ask for, once the queue's type has taken their names: the
+/// priority (`x-priority`, 0 without it) and where to start (`x-stream-offset`).
+fn consumer_arguments(
+    queue: &QueueHandle,
+    arguments: &FieldTable,
+) -> Result<(i64, Option<ConsumeStart>), BrokerError> {
     // The queue's type decides which consumer arguments it takes.
     let keys = arguments.iter().map(|(key, _)| key.as_str());
     let resource = queue.def().resource();
     queue.kind().check_consume(&resource, keys)?;
-    let Some(value) = arguments.get("x-priority") else {
-        return Ok(0);
+    let start = match arguments.get(STREAM_OFFSET_ARGUMENT) {
+        None => None,
+        Some(_) => {
+            let core = super::convert::table_to_core(arguments);
+            let value = core.get(STREAM_OFFSET_ARGUMENT).unwrap_or(&Value::Void);
+            let start = ConsumeStart::from_argument_now(value).map_err(|expected| {
+                BrokerError::precondition_failed(format!(
+                    "invalid arg '{STREAM_OFFSET_ARGUMENT}' for {resource}: {expected}"
+                ))
+            })?;
+            Some(start)
+        }
     };
-    value.as_i64().ok_or_else(|| {
+    let Some(value) = arguments.get("x-priority") else {
+        return Ok((0, start));
+    };
+    let priority = value.as_i64().ok_or_else(|| {
         // RabbitMQ's `check_consume_arguments` text.
         let kind = super::convert::table_to_core(arguments)
             .get("x-priority")
@@ -746,7 +765,8 @@ fn consumer_priority(queue: &QueueHandle, arguments: &FieldTable) -> Result<i64,
         BrokerError::precondition_failed(format!(
             "invalid arg 'x-priority' for {resource}: \"expected integer, got {kind}\""
         ))
-    })
+    })?;
+    Ok((priority, start))
 }
 
 fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {

@@ -20,6 +20,7 @@ use warren_proto::amqp10::{
 
 use super::address::{self, Address};
 use super::connection::{broker_error, Connection, Fault};
+use super::filter;
 use super::management::MANAGEMENT_ADDRESS;
 use super::unsettled::Unsettled;
 
@@ -308,6 +309,7 @@ impl Connection {
             .queue(&queue_name, self.id)
             .map_err(broker_error)?;
         let settled = attach.snd_settle_mode == Some(SND_SETTLED);
+        let (start, source) = filter::source_filters(attach.source.as_ref(), queue.kind())?;
         let consumer = Consumer {
             id: self.shared.broker.next_id(),
             connection: self.id,
@@ -318,6 +320,7 @@ impl Connection {
             priority: 0,
             credit: 0,
             credit_on_write: false,
+            start,
             outbox: self.outbox.clone(),
         };
         let id = consumer.id;
@@ -332,7 +335,7 @@ impl Connection {
             role: ROLE_SENDER,
             snd_settle_mode: Some(if settled { SND_SETTLED } else { SND_UNSETTLED }),
             rcv_settle_mode: Some(0),
-            source: attach.source.clone(),
+            source,
             target: attach.target.clone(),
             initial_delivery_count: Some(0),
             ..Attach::default()

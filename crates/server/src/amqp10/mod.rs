@@ -9,6 +9,7 @@
 mod address;
 mod connection;
 mod convert;
+mod filter;
 mod handshake;
 mod link;
 mod management;

@@ -221,6 +221,7 @@ fn start(
         priority: 0,
         credit: 0,
         credit_on_write: false,
+        start: None,
         outbox: consumer.clone(),
     };
     super::run_turn(&mut queue, [QueueCmd::Consume { consumer, reply }]);

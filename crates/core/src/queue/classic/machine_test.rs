@@ -64,6 +64,7 @@ fn consumer(id: u64, credit: u32, priority: i64, outbox: &Arc<Outbox>) -> Consum
         priority,
         credit,
         credit_on_write: false,
+        start: None,
         outbox: outbox.clone(),
     }
 }
@@ -555,4 +556,26 @@ async fn a_quiet_outbox_takes_deliveries_without_waking_its_connection() {
         ok: true,
     });
     assert!(wakes(&outbox).await, "anything but a delivery wakes it");
+}
+
+/// The interface carries a consumer's start; a classic queue, which only hands out its head,
+/// refuses one instead of starting at the head anyway.
+#[test]
+fn a_consumer_with_a_start_is_refused_by_a_classic_queue() {
+    let mut queue = queue();
+    let outbox = Outbox::new();
+    let mut consumer = consumer(1, 10, 0, &outbox);
+    consumer.start = Some(crate::queue::ConsumeStart::First);
+    let (reply, mut rx) = oneshot::channel();
+    queue.handle(QueueCmd::Consume { consumer, reply });
+    let refused = rx.try_recv().unwrap().expect_err("refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("cannot start a consumer at First"),
+        "{refused}"
+    );
+    publish(&mut queue, &["a"]);
+    dispatch(&mut queue);
+    assert!(delivered(&outbox).is_empty(), "no consumer was added");
 }

@@ -25,6 +25,15 @@ pub(super) const STAGING_KEEP_EVENTS: usize = 1024;
 
 impl ClassicQueue {
     pub(super) fn consume(&mut self, consumer: Consumer) -> Result<(), BrokerError> {
+        // A classic queue hands out its head only: a start belongs to streams (the
+        // connections refuse `x-stream-offset` before this; this keeps the type's own rule).
+        if let Some(start) = consumer.start {
+            return Err(BrokerError::precondition_failed(format!(
+                "{} is a classic queue: it cannot start a consumer at {start:?} \
+                 (x-stream-offset applies to streams)",
+                self.handle.def().resource()
+            )));
+        }
         let exclusive_taken = self.consumers.iter().any(|c| c.exclusive);
         let sac = self.args.single_active_consumer;
         // As RabbitMQ: an exclusive consumer on a single-active-consumer queue is refused.
