@@ -48,7 +48,7 @@ impl FrameReader {
         frame_max: u32,
     ) -> Result<Option<Frame>, DecodeError> {
         if let Some(body) = self.body {
-            return self.continue_body(body, buf);
+            return self.continue_part(body, buf);
         }
         let frame = decode_frame(buf, frame_max)?;
         if frame.is_some() {
@@ -57,15 +57,36 @@ impl FrameReader {
         Ok(self.start_body(buf))
     }
 
+    /// Whether a body frame is being handed out in parts: then the next bytes are its
+    /// payload, for [`FrameReader::continue_body`], not a frame for [`decode_frame`].
+    ///
+    /// A hot decode loop calls `decode_frame` itself when this is false, and
+    /// [`FrameReader::start_body`] when that needs more input, instead of [`FrameReader::decode`]:
+    /// a `Frame` is 144 bytes, moved with a `memcpy`, and returned through one more function it
+    /// is copied once more (3% of the broker's CPU per 12-byte message in a profile).
+    #[inline]
+    pub fn body_in_progress(&self) -> bool {
+        self.body.is_some()
+    }
+
+    /// The next part of the body frame in progress (`Ok(None)`: more input needed, or no
+    /// body frame is in progress).
+    pub fn continue_body(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+        match self.body {
+            Some(body) => self.continue_part(body, buf),
+            None => Ok(None),
+        }
+    }
+
     /// Bytes of the frame in progress still to come, frame-end octet included (0 between
     /// frames): what a connection that stops decoding must skip to reach the next frame.
     pub fn bytes_to_frame_end(&self) -> usize {
         self.body.map_or(0, |body| body.remaining + 1)
     }
 
-    /// Splits off the buffered part of a body frame that `decode_frame` found incomplete,
-    /// when enough of it is there.
-    fn start_body(&mut self, buf: &mut BytesMut) -> Option<Frame> {
+    /// After [`decode_frame`] answered `Ok(None)` (more input needed): splits off the buffered
+    /// part of the body frame it found incomplete, when enough of it is there.
+    pub fn start_body(&mut self, buf: &mut BytesMut) -> Option<Frame> {
         let &[frame_type, c0, c1, s0, s1, s2, s3] = buf.get(..FRAME_HEADER_SIZE)? else {
             return None;
         };
@@ -88,7 +109,7 @@ impl FrameReader {
         Some(Frame::Body { channel, payload })
     }
 
-    fn continue_body(
+    fn continue_part(
         &mut self,
         mut body: BodyInProgress,
         buf: &mut BytesMut,

@@ -365,10 +365,24 @@ impl Connection {
     pub(super) async fn on_read(&mut self) -> Result<(), Fault> {
         self.throttle.refresh();
         let outcome = loop {
-            let frame = match self.frames.decode(self.rbuf.bytes(), self.tuning.frame_max) {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break Ok(()),
-                Err(error) => break Err(Fault::decode(&error)),
+            // `FrameReader::decode` taken apart, so that the frame is built here (see
+            // `FrameReader::body_in_progress`).
+            let buf = self.rbuf.bytes();
+            let frame = if self.frames.body_in_progress() {
+                match self.frames.continue_body(buf) {
+                    Ok(Some(part)) => part,
+                    Ok(None) => break Ok(()),
+                    Err(error) => break Err(Fault::decode(&error)),
+                }
+            } else {
+                match wire::decode_frame(buf, self.tuning.frame_max) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => match self.frames.start_body(buf) {
+                        Some(part) => part,
+                        None => break Ok(()),
+                    },
+                    Err(error) => break Err(Fault::decode(&error)),
+                }
             };
             let content = matches!(frame, Frame::Header { .. } | Frame::Body { .. });
             // Publishes, their content and acks are handled without a future; every other
