@@ -83,7 +83,10 @@ pub enum DecodeError {
     },
 
     /// Bytes left in the frame after the last field of the command.
-    #[error("{command}: {extra} byte(s) left after the last field; the frame is longer than the command")]
+    #[error(
+        "{command}: {extra} byte(s) left after the last field; the frame is longer than the \
+         command"
+    )]
     TrailingBytes { command: &'static str, extra: usize },
 }
 
