@@ -49,7 +49,10 @@ fn drain(buf: &mut BytesMut, frame_max: u32) -> bool {
                 }
             }
             Ok(None) => {
-                assert_eq!(*buf, before, "an incomplete frame leaves the buffer untouched");
+                assert_eq!(
+                    *buf, before,
+                    "an incomplete frame leaves the buffer untouched"
+                );
                 return true;
             }
             Err(e) => {
@@ -74,7 +77,10 @@ fn check_round_trip(command: &Command) {
     let frame = decode_frame(&mut encoded, 0)
         .expect("our own encoding has a valid size prefix")
         .expect("our own encoding is a whole frame");
-    assert!(encoded.is_empty(), "our own encoding of {command:?} is one frame");
+    assert!(
+        encoded.is_empty(),
+        "our own encoding of {command:?} is one frame"
+    );
     let decoded = decode_command(&frame).expect("our own encoding decodes");
     assert_eq!(&decoded, command);
 }
