@@ -20,6 +20,8 @@ mod wire;
 mod codec_test;
 #[cfg(test)]
 mod frame_test;
+#[cfg(test)]
+mod proptest_test;
 
 pub use codes::{key, response_code, RESPONSE_BIT};
 pub use command::{decode_command, is_simple_response, Command, SimpleResponse};
