@@ -6,3 +6,4 @@
 pub mod amqp091;
 pub mod amqp10;
 pub mod convert;
+pub mod stream;

@@ -1,0 +1,287 @@
+//! Publishing commands: DeclarePublisher, Publish (v1, and v2 with a filter value per
+//! message), PublishConfirm, PublishError, QueryPublisherSequence and DeletePublisher.
+//!
+//! Message bodies are `Bytes` slices of the frame: a publish batch reaches the store without
+//! a copy.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::codes::key;
+use super::error::{DecodeError, EncodeError};
+use super::frame::{begin_frame, end_frame, Frame};
+use super::wire::{Reader, Writer};
+
+/// Publishing id (u64), then for v2 a filter value (i16 length), then the message (i32 length).
+const MESSAGE_SIZE_MIN: usize = 12;
+
+/// One message of a Publish frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedMessage {
+    pub publishing_id: u64,
+    /// Only version 2 frames carry it; always `None` in a version 1 frame.
+    pub filter_value: Option<String>,
+    pub message: Bytes,
+}
+
+/// The commands of a publisher's life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishCommand {
+    DeclarePublisher {
+        correlation_id: u32,
+        publisher_id: u8,
+        reference: Option<String>,
+        stream: String,
+    },
+    /// `filtered` selects version 2, which carries each message's filter value.
+    Publish {
+        publisher_id: u8,
+        filtered: bool,
+        messages: Vec<PublishedMessage>,
+    },
+    PublishConfirm {
+        publisher_id: u8,
+        publishing_ids: Vec<u64>,
+    },
+    /// Each error is a publishing id and a response code.
+    PublishError {
+        publisher_id: u8,
+        errors: Vec<(u64, u16)>,
+    },
+    QueryPublisherSequenceRequest {
+        correlation_id: u32,
+        reference: String,
+        stream: String,
+    },
+    QueryPublisherSequenceResponse {
+        correlation_id: u32,
+        code: u16,
+        sequence: u64,
+    },
+    DeletePublisher {
+        correlation_id: u32,
+        publisher_id: u8,
+    },
+}
+
+/// Whether this family owns the key.
+pub(crate) fn owns(command_key: u16) -> bool {
+    matches!(
+        command_key,
+        key::DECLARE_PUBLISHER
+            | key::PUBLISH
+            | key::PUBLISH_CONFIRM
+            | key::PUBLISH_ERROR
+            | key::QUERY_PUBLISHER_SEQUENCE
+            | key::DELETE_PUBLISHER
+    )
+}
+
+/// Decodes a frame whose key `owns` accepts; `Ok(None)` for an undefined pairing.
+pub(crate) fn decode(frame: &Frame) -> Result<Option<PublishCommand>, DecodeError> {
+    use PublishCommand as P;
+    let mut r = Reader::new(frame.body.clone(), name(frame.key));
+    let command = match (frame.key, frame.response, frame.version) {
+        (key::PUBLISH, false, 1 | 2) => publish(&mut r, frame.version == 2)?,
+        (_, _, version) if version != 1 => return Ok(None),
+        (key::DECLARE_PUBLISHER, false, _) => P::DeclarePublisher {
+            correlation_id: r.u32("correlation id")?,
+            publisher_id: r.u8("publisher id")?,
+            reference: r.opt_string("publisher reference")?,
+            stream: r.string("stream")?,
+        },
+        (key::PUBLISH_CONFIRM, false, _) => {
+            let publisher_id = r.u8("publisher id")?;
+            let count = r.count("publishing ids", 8)?;
+            let mut publishing_ids = Vec::with_capacity(count);
+            for _ in 0..count {
+                publishing_ids.push(r.u64("publishing id")?);
+            }
+            P::PublishConfirm {
+                publisher_id,
+                publishing_ids,
+            }
+        }
+        (key::PUBLISH_ERROR, false, _) => {
+            let publisher_id = r.u8("publisher id")?;
+            let count = r.count("publishing errors", 10)?;
+            let mut errors = Vec::with_capacity(count);
+            for _ in 0..count {
+                errors.push((r.u64("publishing id")?, r.u16("code")?));
+            }
+            P::PublishError {
+                publisher_id,
+                errors,
+            }
+        }
+        (key::QUERY_PUBLISHER_SEQUENCE, false, _) => P::QueryPublisherSequenceRequest {
+            correlation_id: r.u32("correlation id")?,
+            reference: r.string("publisher reference")?,
+            stream: r.string("stream")?,
+        },
+        (key::QUERY_PUBLISHER_SEQUENCE, true, _) => P::QueryPublisherSequenceResponse {
+            correlation_id: r.u32("correlation id")?,
+            code: r.u16("response code")?,
+            sequence: r.u64("sequence")?,
+        },
+        (key::DELETE_PUBLISHER, false, _) => P::DeletePublisher {
+            correlation_id: r.u32("correlation id")?,
+            publisher_id: r.u8("publisher id")?,
+        },
+        _ => return Ok(None),
+    };
+    r.finish()?;
+    Ok(Some(command))
+}
+
+fn publish(r: &mut Reader, filtered: bool) -> Result<PublishCommand, DecodeError> {
+    let publisher_id = r.u8("publisher id")?;
+    let count = r.count("published messages", MESSAGE_SIZE_MIN)?;
+    let mut messages = Vec::with_capacity(count);
+    for _ in 0..count {
+        let publishing_id = r.u64("publishing id")?;
+        let filter_value = if filtered {
+            r.opt_string("filter value")?
+        } else {
+            None
+        };
+        let message = r.bytes("message")?;
+        messages.push(PublishedMessage {
+            publishing_id,
+            filter_value,
+            message,
+        });
+    }
+    debug_assert_eq!(messages.len(), count, "one message per counted entry");
+    Ok(PublishCommand::Publish {
+        publisher_id,
+        filtered,
+        messages,
+    })
+}
+
+fn name(command_key: u16) -> &'static str {
+    match command_key {
+        key::DECLARE_PUBLISHER => "declare publisher",
+        key::PUBLISH => "publish",
+        key::PUBLISH_CONFIRM => "publish confirm",
+        key::PUBLISH_ERROR => "publish error",
+        key::QUERY_PUBLISHER_SEQUENCE => "query publisher sequence",
+        _ => "delete publisher",
+    }
+}
+
+impl PublishCommand {
+    /// The command key (without the response bit), whether this is a response, and the version.
+    pub fn key(&self) -> (u16, bool, u16) {
+        use PublishCommand as P;
+        match self {
+            P::DeclarePublisher { .. } => (key::DECLARE_PUBLISHER, false, 1),
+            P::Publish { filtered, .. } => (key::PUBLISH, false, if *filtered { 2 } else { 1 }),
+            P::PublishConfirm { .. } => (key::PUBLISH_CONFIRM, false, 1),
+            P::PublishError { .. } => (key::PUBLISH_ERROR, false, 1),
+            P::QueryPublisherSequenceRequest { .. } => (key::QUERY_PUBLISHER_SEQUENCE, false, 1),
+            P::QueryPublisherSequenceResponse { .. } => (key::QUERY_PUBLISHER_SEQUENCE, true, 1),
+            P::DeletePublisher { .. } => (key::DELETE_PUBLISHER, false, 1),
+        }
+    }
+
+    /// Appends the whole frame (size prefix included) to `out`.
+    pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let (command_key, response, version) = self.key();
+        let start = begin_frame(out, command_key, response, version);
+        let command = name(command_key);
+        let mut w = Writer { out, command };
+        if let Err(e) = self.encode_body(&mut w) {
+            out.truncate(start);
+            return Err(e);
+        }
+        end_frame(out, start, command)
+    }
+
+    fn encode_body(&self, w: &mut Writer) -> Result<(), EncodeError> {
+        use PublishCommand as P;
+        match self {
+            P::DeclarePublisher {
+                correlation_id,
+                publisher_id,
+                reference,
+                stream,
+            } => {
+                w.out.put_u32(*correlation_id);
+                w.out.put_u8(*publisher_id);
+                w.opt_string("publisher reference", reference.as_deref())?;
+                w.string("stream", stream)?;
+            }
+            P::Publish {
+                publisher_id,
+                filtered,
+                messages,
+            } => {
+                w.out.put_u8(*publisher_id);
+                w.count("published messages", messages.len())?;
+                for message in messages {
+                    w.out.put_u64(message.publishing_id);
+                    if *filtered {
+                        w.opt_string("filter value", message.filter_value.as_deref())?;
+                    }
+                    w.opt_bytes("message", Some(&message.message))?;
+                }
+            }
+            P::PublishConfirm {
+                publisher_id,
+                publishing_ids,
+            } => {
+                w.out.put_u8(*publisher_id);
+                w.count("publishing ids", publishing_ids.len())?;
+                publishing_ids.iter().for_each(|id| w.out.put_u64(*id));
+            }
+            P::PublishError {
+                publisher_id,
+                errors,
+            } => {
+                w.out.put_u8(*publisher_id);
+                w.count("publishing errors", errors.len())?;
+                for (publishing_id, code) in errors {
+                    w.out.put_u64(*publishing_id);
+                    w.out.put_u16(*code);
+                }
+            }
+            _ => return self.encode_rest(w),
+        }
+        Ok(())
+    }
+
+    /// The second half of `encode_body`, split to keep functions short.
+    fn encode_rest(&self, w: &mut Writer) -> Result<(), EncodeError> {
+        use PublishCommand as P;
+        match self {
+            P::QueryPublisherSequenceRequest {
+                correlation_id,
+                reference,
+                stream,
+            } => {
+                w.out.put_u32(*correlation_id);
+                w.string("publisher reference", reference)?;
+                w.string("stream", stream)?;
+            }
+            P::QueryPublisherSequenceResponse {
+                correlation_id,
+                code,
+                sequence,
+            } => {
+                w.out.put_u32(*correlation_id);
+                w.out.put_u16(*code);
+                w.out.put_u64(*sequence);
+            }
+            P::DeletePublisher {
+                correlation_id,
+                publisher_id,
+            } => {
+                w.out.put_u32(*correlation_id);
+                w.out.put_u8(*publisher_id);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
