@@ -41,6 +41,44 @@ pub mod key {
     pub const RESOLVE_OFFSET_SPEC: u16 = 0x001f;
 }
 
+/// The command's name for error texts (the spec's, in lower case).
+pub(crate) fn name(command_key: u16) -> &'static str {
+    match command_key {
+        key::DECLARE_PUBLISHER => "declare publisher",
+        key::PUBLISH => "publish",
+        key::PUBLISH_CONFIRM => "publish confirm",
+        key::PUBLISH_ERROR => "publish error",
+        key::QUERY_PUBLISHER_SEQUENCE => "query publisher sequence",
+        key::DELETE_PUBLISHER => "delete publisher",
+        key::SUBSCRIBE => "subscribe",
+        key::DELIVER => "deliver",
+        key::CREDIT => "credit",
+        key::STORE_OFFSET => "store offset",
+        key::QUERY_OFFSET => "query offset",
+        key::UNSUBSCRIBE => "unsubscribe",
+        key::CREATE => "create",
+        key::DELETE => "delete",
+        key::METADATA => "metadata",
+        key::METADATA_UPDATE => "metadata update",
+        key::PEER_PROPERTIES => "peer properties",
+        key::SASL_HANDSHAKE => "sasl handshake",
+        key::SASL_AUTHENTICATE => "sasl authenticate",
+        key::TUNE => "tune",
+        key::OPEN => "open",
+        key::CLOSE => "close",
+        key::HEARTBEAT => "heartbeat",
+        key::ROUTE => "route",
+        key::PARTITIONS => "partitions",
+        key::CONSUMER_UPDATE => "consumer update",
+        key::EXCHANGE_COMMAND_VERSIONS => "exchange command versions",
+        key::STREAM_STATS => "stream stats",
+        key::CREATE_SUPER_STREAM => "create super stream",
+        key::DELETE_SUPER_STREAM => "delete super stream",
+        key::RESOLVE_OFFSET_SPEC => "resolve offset spec",
+        _ => "unknown command",
+    }
+}
+
 /// Response codes (the spec's "Stream Protocol Response Codes" table).
 pub mod response_code {
     pub const OK: u16 = 0x01;

@@ -9,7 +9,7 @@ use bytes::{BufMut, BytesMut};
 use super::codes::key;
 use super::connection::{self, ConnectionCommand};
 use super::error::{DecodeError, EncodeError};
-use super::frame::{begin_frame, end_frame, Frame};
+use super::frame::{encode_frame, Frame};
 use super::publish::{self, PublishCommand};
 use super::stream_admin::{self, AdminCommand};
 use super::subscribe::{self, SubscribeCommand};
@@ -104,9 +104,10 @@ impl SimpleResponse {
             "key 0x{:04x} has a richer response",
             self.key
         );
-        let start = begin_frame(out, self.key, true, 1);
-        out.put_u32(self.correlation_id);
-        out.put_u16(self.code);
-        end_frame(out, start, "response")
+        encode_frame(out, self.key, true, 1, |w| {
+            w.out.put_u32(self.correlation_id);
+            w.out.put_u16(self.code);
+            Ok(())
+        })
     }
 }

@@ -7,9 +7,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::codes::key;
+use super::codes::{key, name};
 use super::error::{DecodeError, EncodeError};
-use super::frame::{begin_frame, end_frame, Frame};
+use super::frame::{encode_frame, Frame};
 use super::wire::{Properties, Reader, Writer};
 
 /// A command's key with its accepted versions, as ExchangeCommandVersions lists them.
@@ -195,19 +195,6 @@ fn command_versions(r: &mut Reader) -> Result<Vec<CommandVersion>, DecodeError> 
     Ok(versions)
 }
 
-fn name(command_key: u16) -> &'static str {
-    match command_key {
-        key::PEER_PROPERTIES => "peer properties",
-        key::SASL_HANDSHAKE => "sasl handshake",
-        key::SASL_AUTHENTICATE => "sasl authenticate",
-        key::TUNE => "tune",
-        key::OPEN => "open",
-        key::CLOSE => "close",
-        key::HEARTBEAT => "heartbeat",
-        _ => "exchange command versions",
-    }
-}
-
 impl ConnectionCommand {
     /// The command key (without the response bit) and whether this is a response.
     pub fn key(&self) -> (u16, bool) {
@@ -232,14 +219,7 @@ impl ConnectionCommand {
     /// Appends the whole frame (size prefix included) to `out`.
     pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
         let (command_key, response) = self.key();
-        let start = begin_frame(out, command_key, response, 1);
-        let command = name(command_key);
-        let mut w = Writer { out, command };
-        if let Err(e) = self.encode_body(&mut w) {
-            out.truncate(start);
-            return Err(e);
-        }
-        end_frame(out, start, command)
+        encode_frame(out, command_key, response, 1, |w| self.encode_body(w))
     }
 
     fn encode_body(&self, w: &mut Writer) -> Result<(), EncodeError> {

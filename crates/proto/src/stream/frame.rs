@@ -7,8 +7,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use super::codes::{key, RESPONSE_BIT};
+use super::codes::{key, name, RESPONSE_BIT};
 use super::error::{DecodeError, EncodeError};
+use super::wire::Writer;
 
 /// The size prefix.
 pub const SIZE_PREFIX_LEN: usize = 4;
@@ -66,14 +67,28 @@ pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>,
     }))
 }
 
-/// Starts a frame in `out`: a size placeholder, the key and the version. Returns where the
-/// frame starts, for `end_frame`.
-pub(crate) fn begin_frame(
+/// Appends one whole frame to `out`: key, version, what `body` writes, and the size in
+/// front. When `body` fails, `out` is left as it was.
+pub(crate) fn encode_frame(
     out: &mut BytesMut,
     command_key: u16,
     response: bool,
     version: u16,
-) -> usize {
+    body: impl FnOnce(&mut Writer) -> Result<(), EncodeError>,
+) -> Result<(), EncodeError> {
+    let start = begin_frame(out, command_key, response, version);
+    let command = name(command_key);
+    let mut w = Writer { out, command };
+    if let Err(e) = body(&mut w) {
+        out.truncate(start);
+        return Err(e);
+    }
+    end_frame(out, start, command)
+}
+
+/// Starts a frame in `out`: a size placeholder, the key and the version. Returns where the
+/// frame starts, for `end_frame`.
+fn begin_frame(out: &mut BytesMut, command_key: u16, response: bool, version: u16) -> usize {
     debug_assert_eq!(command_key & RESPONSE_BIT, 0, "command keys are 15 bits");
     let start = out.len();
     out.put_u32(0);
@@ -87,11 +102,7 @@ pub(crate) fn begin_frame(
 }
 
 /// Writes the size of the frame begun at `start` into its placeholder.
-pub(crate) fn end_frame(
-    out: &mut BytesMut,
-    start: usize,
-    command: &'static str,
-) -> Result<(), EncodeError> {
+fn end_frame(out: &mut BytesMut, start: usize, command: &'static str) -> Result<(), EncodeError> {
     let length = out.len() - start - SIZE_PREFIX_LEN;
     let Ok(size) = u32::try_from(length) else {
         out.truncate(start);

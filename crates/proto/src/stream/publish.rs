@@ -6,9 +6,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::codes::key;
+use super::codes::{key, name};
 use super::error::{DecodeError, EncodeError};
-use super::frame::{begin_frame, end_frame, Frame};
+use super::frame::{encode_frame, Frame};
 use super::wire::{Reader, Writer};
 
 /// Publishing id (u64), then for v2 a filter value (i16 length), then the message (i32 length).
@@ -159,17 +159,6 @@ fn publish(r: &mut Reader, filtered: bool) -> Result<PublishCommand, DecodeError
     })
 }
 
-fn name(command_key: u16) -> &'static str {
-    match command_key {
-        key::DECLARE_PUBLISHER => "declare publisher",
-        key::PUBLISH => "publish",
-        key::PUBLISH_CONFIRM => "publish confirm",
-        key::PUBLISH_ERROR => "publish error",
-        key::QUERY_PUBLISHER_SEQUENCE => "query publisher sequence",
-        _ => "delete publisher",
-    }
-}
-
 impl PublishCommand {
     /// The command key (without the response bit), whether this is a response, and the version.
     pub fn key(&self) -> (u16, bool, u16) {
@@ -188,14 +177,7 @@ impl PublishCommand {
     /// Appends the whole frame (size prefix included) to `out`.
     pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
         let (command_key, response, version) = self.key();
-        let start = begin_frame(out, command_key, response, version);
-        let command = name(command_key);
-        let mut w = Writer { out, command };
-        if let Err(e) = self.encode_body(&mut w) {
-            out.truncate(start);
-            return Err(e);
-        }
-        end_frame(out, start, command)
+        encode_frame(out, command_key, response, version, |w| self.encode_body(w))
     }
 
     fn encode_body(&self, w: &mut Writer) -> Result<(), EncodeError> {

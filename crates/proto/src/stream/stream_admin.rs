@@ -3,9 +3,9 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::codes::key;
+use super::codes::{key, name};
 use super::error::{DecodeError, EncodeError};
-use super::frame::{begin_frame, end_frame, Frame};
+use super::frame::{encode_frame, Frame};
 use super::wire::{Properties, Reader, Writer};
 
 /// A node in a Metadata response.
@@ -159,16 +159,6 @@ fn stream_metadata(r: &mut Reader) -> Result<Vec<StreamMetadata>, DecodeError> {
     Ok(streams)
 }
 
-fn name(command_key: u16) -> &'static str {
-    match command_key {
-        key::CREATE => "create",
-        key::DELETE => "delete",
-        key::METADATA => "metadata",
-        key::METADATA_UPDATE => "metadata update",
-        _ => "stream stats",
-    }
-}
-
 impl AdminCommand {
     /// The command key (without the response bit) and whether this is a response.
     pub fn key(&self) -> (u16, bool) {
@@ -187,14 +177,7 @@ impl AdminCommand {
     /// Appends the whole frame (size prefix included) to `out`.
     pub fn encode(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
         let (command_key, response) = self.key();
-        let start = begin_frame(out, command_key, response, 1);
-        let command = name(command_key);
-        let mut w = Writer { out, command };
-        if let Err(e) = self.encode_body(&mut w) {
-            out.truncate(start);
-            return Err(e);
-        }
-        end_frame(out, start, command)
+        encode_frame(out, command_key, response, 1, |w| self.encode_body(w))
     }
 
     fn encode_body(&self, w: &mut Writer) -> Result<(), EncodeError> {

@@ -7,9 +7,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::codes::key;
+use super::codes::{key, name};
 use super::error::{DecodeError, EncodeError};
-use super::frame::{begin_frame, encode_deliver_header, end_frame, Frame};
+use super::frame::{encode_deliver_header, encode_frame, Frame};
 use super::wire::{Properties, Reader, Writer};
 
 /// Where a subscription starts reading (the spec's OffsetSpecification).
@@ -201,18 +201,6 @@ pub(crate) fn decode(frame: &Frame) -> Result<Option<SubscribeCommand>, DecodeEr
     Ok(Some(command))
 }
 
-fn name(command_key: u16) -> &'static str {
-    match command_key {
-        key::SUBSCRIBE => "subscribe",
-        key::DELIVER => "deliver",
-        key::CREDIT => "credit",
-        key::STORE_OFFSET => "store offset",
-        key::QUERY_OFFSET => "query offset",
-        key::UNSUBSCRIBE => "unsubscribe",
-        _ => "resolve offset spec",
-    }
-}
-
 impl SubscribeCommand {
     /// The command key (without the response bit) and whether this is a response.
     pub fn key(&self) -> (u16, bool) {
@@ -245,14 +233,7 @@ impl SubscribeCommand {
             return Ok(());
         }
         let (command_key, response) = self.key();
-        let start = begin_frame(out, command_key, response, 1);
-        let command = name(command_key);
-        let mut w = Writer { out, command };
-        if let Err(e) = self.encode_body(&mut w) {
-            out.truncate(start);
-            return Err(e);
-        }
-        end_frame(out, start, command)
+        encode_frame(out, command_key, response, 1, |w| self.encode_body(w))
     }
 
     fn encode_body(&self, w: &mut Writer) -> Result<(), EncodeError> {
