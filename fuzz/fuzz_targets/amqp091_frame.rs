@@ -6,6 +6,8 @@
 //! `frame_max`, the rest is the stream of frames.
 #![no_main]
 
+mod split_feed;
+
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use warren_proto::amqp091::{
@@ -14,21 +16,7 @@ use warren_proto::amqp091::{
 };
 
 fuzz_target!(|data: &[u8]| {
-    let [split_choice, max_choice, stream @ ..] = data else {
-        return;
-    };
-    let frame_max = match max_choice % 3 {
-        0 => 0,
-        1 => FRAME_MIN_SIZE,
-        _ => 131_072,
-    };
-    let split = usize::from(*split_choice) * stream.len() / 255;
-    let (first, second) = stream.split_at(split);
-    let mut buf = BytesMut::from(first);
-    if drain(&mut buf, frame_max) {
-        buf.extend_from_slice(second);
-        drain(&mut buf, frame_max);
-    }
+    split_feed::feed(data, [0, FRAME_MIN_SIZE, 131_072], drain);
 });
 
 /// Decodes frames until the buffer runs dry (`true`) or an error (`false`).

@@ -7,6 +7,8 @@
 //! `max_frame_size`, the rest is the stream of frames.
 #![no_main]
 
+mod split_feed;
+
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use warren_proto::amqp10::frame::{encode_frame, encode_sasl_frame, MIN_MAX_FRAME_SIZE};
@@ -14,21 +16,7 @@ use warren_proto::amqp10::message::Sections;
 use warren_proto::amqp10::{decode_frame, Frame, FrameBody};
 
 fuzz_target!(|data: &[u8]| {
-    let [split_choice, max_choice, stream @ ..] = data else {
-        return;
-    };
-    let max_frame_size = match max_choice % 3 {
-        0 => MIN_MAX_FRAME_SIZE,
-        1 => 131_072,
-        _ => u32::MAX,
-    };
-    let split = usize::from(*split_choice) * stream.len() / 255;
-    let (first, second) = stream.split_at(split);
-    let mut buf = BytesMut::from(first);
-    if drain(&mut buf, max_frame_size) {
-        buf.extend_from_slice(second);
-        drain(&mut buf, max_frame_size);
-    }
+    split_feed::feed(data, [MIN_MAX_FRAME_SIZE, 131_072, u32::MAX], drain);
 });
 
 /// Decodes frames until the buffer runs dry (`true`) or an error (`false`).

@@ -7,27 +7,15 @@
 //! `frame_max`, the rest is the stream of frames.
 #![no_main]
 
+mod split_feed;
+
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use warren_proto::stream::{decode_command, decode_frame, response_code, Command};
 
 fuzz_target!(|data: &[u8]| {
-    let [split_choice, max_choice, stream @ ..] = data else {
-        return;
-    };
     // 8192 is RabbitMQ's frame_max before Open completes.
-    let frame_max = match max_choice % 3 {
-        0 => 0,
-        1 => 8192,
-        _ => 1_048_576,
-    };
-    let split = usize::from(*split_choice) * stream.len() / 255;
-    let (first, second) = stream.split_at(split);
-    let mut buf = BytesMut::from(first);
-    if drain(&mut buf, frame_max) {
-        buf.extend_from_slice(second);
-        drain(&mut buf, frame_max);
-    }
+    split_feed::feed(data, [0, 8192, 1_048_576], drain);
 });
 
 /// Decodes frames until the buffer runs dry (`true`) or a frame-level error (`false`).
