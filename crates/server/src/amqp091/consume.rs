@@ -17,7 +17,6 @@ use warren_core::queue::consume_start::STREAM_OFFSET_ARGUMENT;
 use warren_core::queue::{send_credit, ConsumeStart, QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
-use warren_core::value::Value;
 use warren_core::vhost::generate_name;
 use warren_core::BrokerError;
 use warren_proto::amqp091::{
@@ -743,10 +742,9 @@ fn consumer_arguments(
     queue.kind().check_consume(&resource, keys)?;
     let start = match arguments.get(STREAM_OFFSET_ARGUMENT) {
         None => None,
-        Some(_) => {
-            let core = super::convert::table_to_core(arguments);
-            let value = core.get(STREAM_OFFSET_ARGUMENT).unwrap_or(&Value::Void);
-            let start = ConsumeStart::from_argument_now(value).map_err(|expected| {
+        Some(value) => {
+            let value = super::convert::value_to_core(value);
+            let start = ConsumeStart::from_argument_now(&value).map_err(|expected| {
                 BrokerError::precondition_failed(format!(
                     "invalid arg '{STREAM_OFFSET_ARGUMENT}' for {resource}: {expected}"
                 ))
@@ -759,9 +757,7 @@ fn consumer_arguments(
     };
     let priority = value.as_i64().ok_or_else(|| {
         // RabbitMQ's `check_consume_arguments` text.
-        let kind = super::convert::table_to_core(arguments)
-            .get("x-priority")
-            .map_or("void", warren_core::queue::args::type_name);
+        let kind = warren_core::queue::args::type_name(&super::convert::value_to_core(value));
         BrokerError::precondition_failed(format!(
             "invalid arg 'x-priority' for {resource}: \"expected integer, got {kind}\""
         ))

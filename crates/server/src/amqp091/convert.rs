@@ -22,7 +22,7 @@ pub fn table_to_core(table: &FieldTable) -> Table {
         .collect()
 }
 
-fn value_to_core(value: &FieldValue) -> Value {
+pub fn value_to_core(value: &FieldValue) -> Value {
     match value {
         FieldValue::Bool(v) => Value::Bool(*v),
         FieldValue::I8(v) => Value::Int(i64::from(*v)),
