@@ -1,0 +1,1 @@
+//! Placeholder: figures measured in `#[ignore]` tests (filled below).
