@@ -164,3 +164,21 @@ fn a_lost_sealed_index_is_rebuilt() {
     assert_eq!(read_all(&log.view(), ReadStart::First).len(), 5);
     assert_eq!(log.view().resolve(ReadStart::Offset(1)), 1);
 }
+
+#[test]
+fn a_zeroed_index_tail_does_not_cut_the_segment() {
+    let io = FaultyIo::new();
+    let mut log = open(&io);
+    for n in 0..3 {
+        append(&mut log, &[&format!("m{n}")], n);
+    }
+    append(&mut log, &[&"x".repeat(100)], 4); // ends more than the test tail window past its start
+    drop(log);
+    tracing::info!("the index grew by a record of zeros (a crash on a real filesystem)");
+    let index = io.open(&dir().join("00000000000000000000.index")).unwrap();
+    let len = index.len().unwrap();
+    index.write_at(&[0u8; 48], len).unwrap();
+    let log = open(&io);
+    assert_eq!(read_all(&log.view(), ReadStart::First).len(), 4);
+    assert_eq!(index.len().unwrap(), len, "the bad record was cut");
+}

@@ -21,7 +21,11 @@ use crate::io::{read_exact_at, write_all_at, Io, LogFile};
 
 /// The active segment's tail that open checks chunk by chunk: what a crash can have torn
 /// (at least the last chunk is always checked).
+#[cfg(not(test))]
 const TAIL_CHECK_BYTES: u64 = 16 << 20;
+/// Small in tests, so that they open segments whose head is trusted and tail checked.
+#[cfg(test)]
+const TAIL_CHECK_BYTES: u64 = 64;
 
 /// What open found.
 pub(crate) struct Recovered {
@@ -246,13 +250,42 @@ fn open_active(io: &dyn Io, dir: &Path, first_offset: u64) -> Result<Segment, St
     let (index, count) = open_index(io, dir, first_offset)?;
     let segment = Segment::new(first_offset, file, index, None, count, len);
     segment.activate()?;
+    // Records that do not follow on from the one before (a torn or zeroed index tail) go
+    // before the binary search below, which needs them in order.
+    let count = chained_records(&segment, len)?;
     // The tail to check: the chunks in its last TAIL_CHECK_BYTES, and at least the last one.
-    let from = segment.partition_point(|record| {
-        record.position + TAIL_CHECK_BYTES < len && record.end() <= len
-    })?;
+    let from = segment.partition_point(|record| record.position + TAIL_CHECK_BYTES < len)?;
     let from = from.min(count.saturating_sub(1));
     scan_tail(&segment, len, from)?;
     Ok(segment)
+}
+
+/// How many of the active segment's index records chain from its start (each chunk starts
+/// where the one before ended, at the offset after it, within the file); drops the rest.
+fn chained_records(segment: &Segment, len: u64) -> Result<usize, StoreError> {
+    let mut records = Vec::with_capacity(segment.count());
+    segment.read_records(0, segment.count(), &mut records)?;
+    let (mut position, mut offset) = (FILE_HEADER_BYTES, segment.first_offset);
+    let chained = records
+        .iter()
+        .take_while(|record| {
+            let follows =
+                record.position == position && record.first_offset == offset && record.end() <= len;
+            position = record.end();
+            offset = record.next_offset();
+            follows
+        })
+        .count();
+    if chained < records.len() {
+        tracing::warn!(
+            "stream log: the index of {} holds {} records past the last whole chunk it \
+             indexes; checking the segment from there",
+            segment.path().display(),
+            records.len() - chained
+        );
+        segment.cut(chained, len);
+    }
+    Ok(chained)
 }
 
 /// Checks the chunks from record `from` on (from the segment's start when it has none),
