@@ -382,6 +382,16 @@ fn check_chunk(
     if let Err(what) = chunk::validate(&bytes) {
         return Ok(Err(what));
     }
+    // The CRC covers the data only: a user chunk's trailer is checked by parsing it.
+    let trailer = &bytes[header.deliver_bytes() as usize..];
+    if header.chunk_type == CHUNK_USER {
+        if let Err(what) = Tracking::default().apply_delta(trailer, header.first_offset) {
+            return Ok(Err(format!(
+                "chunk {}: its trailer: {what}",
+                header.first_offset
+            )));
+        }
+    }
     Ok(Ok(IndexRecord {
         first_offset: header.first_offset,
         timestamp_ms: header.timestamp_ms,
