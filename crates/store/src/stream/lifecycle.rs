@@ -53,6 +53,13 @@ impl StreamLog {
             self.config.dir.display(),
             self.next_offset
         );
+        // As osiris does after a roll: the sealed segment may be the one retention waits for.
+        if let Err(error) = self.apply_retention(super::log::now_ms()) {
+            tracing::warn!(
+                "stream log {}: retention after a new segment: {error}",
+                self.config.dir.display()
+            );
+        }
         if snapshot && !self.tracking.is_empty() {
             let mut body = Vec::new();
             self.tracking.encode_snapshot(&mut body);

@@ -440,3 +440,63 @@ fn delete_removes_every_file() {
     use crate::io::Io;
     assert!(io.list(&dir()).unwrap().is_empty());
 }
+
+#[test]
+fn the_writer_and_readers_cross_threads() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<StreamLog>();
+    send::<LogReader>();
+    send_sync::<LogView>();
+    send_sync::<StreamSync>();
+    tracing::info!("a reader on another thread sees every chunk the writer commits");
+    let io = FaultyIo::new();
+    let mut config = config(&dir());
+    config.segment_chunks_max = 3;
+    let mut log = open_with(&io, config, false);
+    let view = log.view();
+    let reader = std::thread::spawn(move || {
+        let mut reader = view.reader(ReadStart::First).unwrap();
+        let mut seen = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while seen < 200 && std::time::Instant::now() < deadline {
+            match reader.next_chunk().unwrap() {
+                Some(chunk) => {
+                    assert_eq!(chunk.first_offset, seen);
+                    seen += u64::from(chunk.num_records);
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        seen
+    });
+    for n in 0..100 {
+        append(&mut log, &[&format!("{n}"), "x"], n);
+    }
+    assert_eq!(reader.join().unwrap(), 200);
+}
+
+#[test]
+fn with_fsync_a_chunk_is_durable_after_the_group_commit_synced_it() {
+    let io = FaultyIo::new();
+    let mut log = open_with(&io, config(&dir()), true);
+    assert!(StreamSync::start(true).unwrap().fsync());
+    let durable = Arc::new(AtomicU32::new(0));
+    for _ in 0..5 {
+        append_counted(&mut log, &simple(&["m"]), 1, &[], &durable).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while durable.load(Ordering::SeqCst) < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group commit stalled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(io.syncs() >= 1);
+    tracing::info!("what was told durable survives a crash that tears everything else");
+    let after = io.crash(0);
+    drop(log);
+    let log = open(&after);
+    assert_eq!(read_all(&log.view(), ReadStart::First).len(), 5);
+}
