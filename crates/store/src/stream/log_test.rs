@@ -500,3 +500,20 @@ fn with_fsync_a_chunk_is_durable_after_the_group_commit_synced_it() {
     let log = open(&after);
     assert_eq!(read_all(&log.view(), ReadStart::First).len(), 5);
 }
+
+#[test]
+fn a_chunk_whose_offsets_pass_2_pow_64_is_corrupt_not_a_panic() {
+    let io = FaultyIo::new();
+    let mut log = open(&io);
+    append(&mut log, &["a", "b"], 1);
+    let mut chunk = log
+        .view()
+        .reader(ReadStart::First)
+        .unwrap()
+        .next_chunk()
+        .unwrap()
+        .unwrap();
+    chunk.first_offset = u64::MAX - 1; // what the stream_chunk fuzz target first found
+    let error = chunk.records().next().unwrap().unwrap_err().to_string();
+    assert!(error.contains("2^64"), "{error}");
+}
