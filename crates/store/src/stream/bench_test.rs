@@ -6,8 +6,8 @@
 //!   cargo test -p warren-store stream::bench -- --ignored --nocapture --test-threads 1
 //! ```
 //!
-//! `WARREN_STREAM_OPEN_BYTES` sets the size of the stream `open` is timed on (default 1.99 GB: three
-//! full segments and a nearly full active one).
+//! `WARREN_STREAM_OPEN_BYTES` sets the size of the stream `open` is timed on (default
+//! 1.99 GB: three full segments and a nearly full active one).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
