@@ -43,6 +43,12 @@ pub(crate) fn recover(io: &dyn Io, dir: &Path) -> Result<Recovered, StoreError> 
     let mut offsets = segment_offsets(io, dir)?;
     if offsets.is_empty() {
         let segment = create_segment(io, dir, 0)?;
+        // A new stream: its directory and first files must survive a power loss before any
+        // chunk in them is confirmed as durable.
+        for synced in [Some(dir), dir.parent()].into_iter().flatten() {
+            io.sync_dir(synced)
+                .map_err(|error| StoreError::io("fsync", synced, error))?;
+        }
         return Ok(Recovered {
             segments: vec![Arc::new(segment)],
             next_offset: 0,
