@@ -45,7 +45,8 @@ pub(crate) fn recover(io: &dyn Io, dir: &Path) -> Result<Recovered, StoreError> 
         let segment = create_segment(io, dir, 0)?;
         // A new stream: its directory and first files must survive a power loss before any
         // chunk in them is confirmed as durable.
-        for synced in [Some(dir), dir.parent()].into_iter().flatten() {
+        let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty());
+        for synced in [Some(dir), parent].into_iter().flatten() {
             io.sync_dir(synced)
                 .map_err(|error| StoreError::io("fsync", synced, error))?;
         }
