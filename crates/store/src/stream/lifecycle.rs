@@ -60,14 +60,24 @@ impl StreamLog {
                 self.config.dir.display()
             );
         }
-        if snapshot && !self.tracking.is_empty() {
-            let mut body = Vec::new();
-            self.tracking.encode_snapshot(&mut body);
-            let entries = [Entry::Simple(Bytes::from(body))];
-            let record = self.write_chunk(CHUNK_TRACKING_SNAPSHOT, &entries, timestamp_ms, &[])?;
-            self.publish(&record);
-            self.mark_dirty(&record);
+        if snapshot {
+            self.write_snapshot(timestamp_ms)?;
         }
+        Ok(())
+    }
+
+    /// Writes a tracking snapshot chunk (the whole tracking state) when there is state.
+    pub(crate) fn write_snapshot(&mut self, timestamp_ms: i64) -> Result<(), StoreError> {
+        self.chunks_since_snapshot = 0;
+        if self.tracking.is_empty() {
+            return Ok(());
+        }
+        let mut body = Vec::new();
+        self.tracking.encode_snapshot(&mut body);
+        let entries = [Entry::Simple(Bytes::from(body))];
+        let record = self.write_chunk(CHUNK_TRACKING_SNAPSHOT, &entries, timestamp_ms, &[])?;
+        self.publish(&record);
+        self.mark_dirty(&record);
         Ok(())
     }
 

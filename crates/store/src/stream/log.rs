@@ -41,7 +41,17 @@ pub struct StreamLog {
     /// The first failed write: the segment may end in a partial chunk, so nothing more is
     /// written until the log is opened again (recovery cuts it).
     poisoned: Option<String>,
+    /// Chunks written since the last tracking snapshot (see [`SNAPSHOT_INTERVAL_CHUNKS`]).
+    pub(crate) chunks_since_snapshot: u32,
 }
+
+/// A tracking snapshot chunk follows every this many chunks (when there is tracking state),
+/// besides the one each segment starts with: open then reads the trailers of at most this
+/// many chunks after the last snapshot, not of a whole segment (256,000 chunks).
+#[cfg(not(test))]
+pub(crate) const SNAPSHOT_INTERVAL_CHUNKS: u32 = 4096;
+#[cfg(test)]
+pub(crate) const SNAPSHOT_INTERVAL_CHUNKS: u32 = 8;
 
 impl StreamLog {
     /// Opens (creating when missing) and recovers: a torn or CRC-failing tail is cut, never
@@ -82,6 +92,7 @@ impl StreamLog {
             scratch: Vec::new(),
             trailer: Vec::new(),
             poisoned: None,
+            chunks_since_snapshot: 0,
         })
     }
 
@@ -100,6 +111,14 @@ impl StreamLog {
         match self.append_user(entries, timestamp_ms, writers) {
             Ok((appended, record)) => {
                 self.durable(&record, on_durable);
+                self.chunks_since_snapshot += 1;
+                if self.chunks_since_snapshot >= SNAPSHOT_INTERVAL_CHUNKS {
+                    // The chunk is written and published: a failure here poisons the log for
+                    // the next call, it does not undo this one.
+                    if let Err(error) = self.write_snapshot(timestamp_ms) {
+                        tracing::warn!("stream log: tracking snapshot: {error}");
+                    }
+                }
                 Ok(appended)
             }
             Err(error) => {

@@ -517,3 +517,32 @@ fn a_chunk_whose_offsets_pass_2_pow_64_is_corrupt_not_a_panic() {
     let error = chunk.records().next().unwrap().unwrap_err().to_string();
     assert!(error.contains("2^64"), "{error}");
 }
+
+#[test]
+fn periodic_snapshots_bound_what_open_reads_and_keep_the_state() {
+    let io = FaultyIo::new();
+    let mut log = open(&io);
+    let durable = Arc::new(AtomicU32::new(0));
+    log.store_offset("consumer", 3).unwrap();
+    for n in 0..20u64 {
+        let writer = [(Bytes::from(format!("p{}", n % 3)), n)];
+        append_counted(&mut log, &simple(&["m"]), 1, &writer, &durable).unwrap();
+    }
+    let view = log.view();
+    let chunks = view.stats().chunks;
+    assert_eq!(chunks, 1 + 20 + 2, "a snapshot after every 8 user chunks");
+    assert_eq!(
+        view.next_offset(),
+        chunks,
+        "each chunk takes one offset here"
+    );
+    let records = read_all(&view, ReadStart::First);
+    assert_eq!(records.len(), 20, "snapshots are not served");
+    assert_eq!(view.last_chunk_offset(), Some(view.next_offset() - 1));
+    drop(log);
+    let log = open(&io);
+    assert_eq!(log.writer_sequence(b"p0"), Some(18));
+    assert_eq!(log.writer_sequence(b"p1"), Some(19));
+    assert_eq!(log.writer_sequence(b"p2"), Some(17));
+    assert_eq!(log.tracked_offset("consumer"), Some(3));
+}

@@ -421,14 +421,19 @@ pub(crate) fn remove_segment(io: &dyn Io, dir: &Path, segment: &Segment) -> Resu
     Ok(())
 }
 
-/// The tracking state as of the end of `segment` (the active one): its snapshot chunk, the
-/// trailers of its user chunks and its delta chunks, in order.
+/// The tracking state as of the end of `segment` (the active one): its last snapshot chunk,
+/// then the trailers of the user chunks and the delta chunks after it, in order.
 pub(crate) fn recover_tracking(segment: &Segment) -> Result<Tracking, StoreError> {
     let mut tracking = Tracking::default();
     let mut records = Vec::new();
     segment.read_records(0, segment.count(), &mut records)?;
+    // A snapshot holds the whole state: start at the last one.
+    let from = records
+        .iter()
+        .rposition(|record| record.chunk_type == CHUNK_TRACKING_SNAPSHOT)
+        .unwrap_or(0);
     let mut trailer = Vec::new();
-    for record in &records {
+    for record in &records[from..] {
         let applied = match record.chunk_type {
             CHUNK_USER if record.trailer == 0 => Ok(()),
             CHUNK_USER => {
