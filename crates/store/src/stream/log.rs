@@ -41,17 +41,16 @@ pub struct StreamLog {
     /// The first failed write: the segment may end in a partial chunk, so nothing more is
     /// written until the log is opened again (recovery cuts it).
     poisoned: Option<String>,
-    /// Chunks written since the last tracking snapshot (see [`SNAPSHOT_INTERVAL_CHUNKS`]).
+    /// Chunks written since the last tracking snapshot, and how many call for one
+    /// ([`SNAPSHOT_INTERVAL_CHUNKS`]; tests set fewer).
     pub(crate) chunks_since_snapshot: u32,
+    pub(crate) snapshot_interval_chunks: u32,
 }
 
 /// A tracking snapshot chunk follows every this many chunks (when there is tracking state),
 /// besides the one each segment starts with: open then reads the trailers of at most this
 /// many chunks after the last snapshot, not of a whole segment (256,000 chunks).
-#[cfg(not(test))]
 pub(crate) const SNAPSHOT_INTERVAL_CHUNKS: u32 = 4096;
-#[cfg(test)]
-pub(crate) const SNAPSHOT_INTERVAL_CHUNKS: u32 = 8;
 
 impl StreamLog {
     /// Opens (creating when missing) and recovers: a torn or CRC-failing tail is cut, never
@@ -61,7 +60,17 @@ impl StreamLog {
         config: StreamLogConfig,
         sync: StreamSync,
     ) -> Result<StreamLog, StoreError> {
-        let recovered = recovery::recover(io.as_ref(), &config.dir)?;
+        StreamLog::open_checking(io, config, sync, recovery::TAIL_CHECK_BYTES)
+    }
+
+    /// [`StreamLog::open`], checking the last `tail_check_bytes` of the active segment.
+    pub(crate) fn open_checking(
+        io: Arc<dyn Io>,
+        config: StreamLogConfig,
+        sync: StreamSync,
+        tail_check_bytes: u64,
+    ) -> Result<StreamLog, StoreError> {
+        let recovered = recovery::recover(io.as_ref(), &config.dir, tail_check_bytes)?;
         let first_offset = recovered.segments[0].first_offset;
         let active = recovered
             .segments
@@ -93,6 +102,7 @@ impl StreamLog {
             trailer: Vec::new(),
             poisoned: None,
             chunks_since_snapshot: 0,
+            snapshot_interval_chunks: SNAPSHOT_INTERVAL_CHUNKS,
         })
     }
 
@@ -112,7 +122,7 @@ impl StreamLog {
             Ok((appended, record)) => {
                 self.durable(&record, on_durable);
                 self.chunks_since_snapshot += 1;
-                if self.chunks_since_snapshot >= SNAPSHOT_INTERVAL_CHUNKS {
+                if self.chunks_since_snapshot >= self.snapshot_interval_chunks {
                     // The chunk is written and published: a failure here poisons the log for
                     // the next call, it does not undo this one.
                     if let Err(error) = self.write_snapshot(timestamp_ms) {
