@@ -11,7 +11,7 @@ use super::chunk::{CHUNK_TRACKING_SNAPSHOT, CHUNK_USER};
 use super::log::StreamLog;
 use super::recovery::{self, create_segment, recover_tracking, truncate_index};
 use super::segment::Segment;
-use super::view::NONE;
+use super::view::{NONE, TRUNCATIONS_KEPT};
 use super::Entry;
 use crate::error::StoreError;
 
@@ -243,7 +243,12 @@ impl StreamLog {
         self.shared
             .next_offset
             .store(next_offset, Ordering::Release);
-        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        let mut truncations = self.shared.truncations.lock();
+        let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        if truncations.len() == TRUNCATIONS_KEPT {
+            truncations.remove(0);
+        }
+        truncations.push((generation, next_offset));
         Ok(())
     }
 }

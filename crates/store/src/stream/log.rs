@@ -84,6 +84,7 @@ impl StreamLog {
             last_chunk: recovered.last_chunk.unwrap_or(NONE).into(),
             chunks: recovered.chunks.into(),
             generation: 0.into(),
+            truncations: parking_lot::Mutex::new(Vec::new()),
         });
         tracing::debug!(
             "stream log {}: open, offsets {first_offset}..{}",

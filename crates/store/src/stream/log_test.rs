@@ -545,3 +545,21 @@ fn periodic_snapshots_bound_what_open_reads_and_keep_the_state() {
     assert_eq!(log.writer_sequence(b"p2"), Some(17));
     assert_eq!(log.tracked_offset("consumer"), Some(3));
 }
+
+#[test]
+fn a_reader_past_a_truncation_reads_what_is_written_after_it() {
+    let io = FaultyIo::new();
+    let mut log = ten_chunks(&io);
+    let view = log.view();
+    let mut reader = view.reader(ReadStart::Next).unwrap();
+    assert!(reader.next_chunk().unwrap().is_none());
+    assert_eq!(reader.position(), 30);
+    log.truncate(15).unwrap();
+    append(&mut log, &["new"], 2000);
+    let chunk = reader
+        .next_chunk()
+        .unwrap()
+        .expect("the chunk written after the cut");
+    assert_eq!(chunk.first_offset, 15);
+    assert_eq!(chunk.records().next().unwrap().unwrap().1, "new");
+}
