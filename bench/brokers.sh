@@ -28,6 +28,9 @@ rabbit_version=""
 # then listens on 127.0.0.1:$rabbit_http_port.
 rabbit_management="${rabbit_management:-}"
 rabbit_http_port=""
+# Set when RABBITMQ_BENCH_PLUGINS enables rabbitmq_stream: the node's stream protocol port
+# (stream.listeners.tcp.default), also its advertised port, on 127.0.0.1.
+rabbit_stream_port=""
 warren_pid=""
 warren_port=""
 warren_http_port=""
@@ -118,6 +121,15 @@ start_rabbitmq() {
     printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$rabbit_http_port" \
       >"$base/rabbitmq.conf"
   fi
+  if [[ ",${RABBITMQ_BENCH_PLUGINS:-}," == *,rabbitmq_stream,* ]]; then
+    # Clients reconnect to the advertised address, so it is the private port on loopback.
+    rabbit_stream_port="$(free_port)" || return 1
+    {
+      echo "stream.listeners.tcp.default = 127.0.0.1:$rabbit_stream_port"
+      echo "stream.advertised_host = 127.0.0.1"
+      echo "stream.advertised_port = $rabbit_stream_port"
+    } >>"$base/rabbitmq.conf"
+  fi
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
   set_rabbitmq_env
@@ -146,6 +158,13 @@ start_rabbitmq() {
     fi
     echo "rabbitmq: management HTTP API on 127.0.0.1:$rabbit_http_port"
   fi
+  if [[ -n "$rabbit_stream_port" ]]; then
+    if ! wait_for_tcp "$rabbit_pid" "$rabbit_stream_port" "$BROKER_READY_TIMEOUT_S"; then
+      echo "rabbitmq: stream protocol not listening on $rabbit_stream_port"
+      return 1
+    fi
+    echo "rabbitmq: stream protocol on 127.0.0.1:$rabbit_stream_port"
+  fi
 }
 
 stop_rabbitmq() {
@@ -157,6 +176,7 @@ stop_rabbitmq() {
   fi
   rabbit_pid=""
   rabbit_beam_pid=""
+  rabbit_stream_port=""
 }
 
 # start_warren: builds Warren when missing and starts it on a free port with a fresh data
