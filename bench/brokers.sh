@@ -33,6 +33,8 @@ rabbit_http_port=""
 rabbit_stream_port=""
 warren_pid=""
 warren_port=""
+# The stream protocol port, when the binary has --stream-port (empty otherwise).
+warren_stream_port=""
 warren_http_port=""
 warren_prometheus_port=""
 warren_data_dir=""
@@ -40,6 +42,16 @@ warren_log="" # the broker's stdout and stderr (its tracing output)
 warren_config="${warren_config:-}" # a TOML config file for Warren (--config), when set
 # warren_management=off starts Warren without its HTTP API and Prometheus listeners.
 warren_management="${warren_management:-on}"
+
+# perf_command: the load tool, one word a line: WARREN_PERF_BIN (a warren-perf binary, from
+# `cargo build --release -p warren-perf`) when set, else the broker binary's `perf`.
+perf_command() {
+  if [[ -n "${WARREN_PERF_BIN:-}" ]]; then
+    echo "$WARREN_PERF_BIN"
+  else
+    printf '%s\n' "$(warren_binary)" perf
+  fi
+}
 
 # warren_binary: the broker to start: WARREN_BROKER_BIN, else the release build in
 # CARGO_TARGET_DIR (when set) or <repo>/target.
@@ -204,11 +216,18 @@ start_warren() {
   local config=() management=(--http-port "$warren_http_port" \
     --prometheus-port "$warren_prometheus_port")
   [[ -z "$warren_config" ]] || config=(--config "$warren_config")
+  local stream=()
+  warren_stream_port=""
+  if "$binary" server --help 2>/dev/null | grep -q -- '--stream-port'; then
+    warren_stream_port="$(free_port)" || return 1
+    stream=(--stream-port "$warren_stream_port")
+  fi
   [[ "$warren_management" != off ]] || management=(--no-management --no-prometheus)
   echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren" \
     "(management $warren_management)"
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
     --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
+    ${stream[@]+"${stream[@]}"} \
     "${management[@]}" >"$warren_log" 2>&1 </dev/null &
   warren_pid=$!
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
@@ -224,7 +243,7 @@ start_warren() {
     tail -n 30 "$warren_log" || true
     return 1
   fi
-  echo "warren: pid $warren_pid"
+  echo "warren: pid $warren_pid${warren_stream_port:+, stream protocol on $warren_stream_port}"
 }
 
 stop_warren() {

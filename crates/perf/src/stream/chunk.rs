@@ -20,6 +20,9 @@ pub const HEADER_BYTES: usize = 48;
 /// The high nibble of the first byte of every osiris chunk.
 const MAGIC: u8 = 0x5;
 
+/// Called with each record's bytes.
+pub type OnRecord<'a> = dyn FnMut(&[u8]) + 'a;
+
 /// What a chunk's header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkInfo {
@@ -47,7 +50,7 @@ fn malformed(why: &str) -> PerfError {
 /// sub-entry batch is skipped: its records are counted by the header only).
 pub fn read_chunk(
     chunk: &[u8],
-    mut on_record: Option<&mut dyn FnMut(&[u8])>,
+    mut on_record: Option<&mut OnRecord>,
 ) -> Result<ChunkInfo, PerfError> {
     let header = chunk
         .get(..HEADER_BYTES)
@@ -75,11 +78,7 @@ pub fn read_chunk(
     Ok(info)
 }
 
-fn walk_entries(
-    data: &[u8],
-    entries: u16,
-    on_record: &mut dyn FnMut(&[u8]),
-) -> Result<(), PerfError> {
+fn walk_entries(data: &[u8], entries: u16, on_record: &mut OnRecord) -> Result<(), PerfError> {
     let mut at = 0;
     for _ in 0..entries {
         let head = u32_at(data, at).ok_or_else(|| malformed("an entry past the data's end"))?;

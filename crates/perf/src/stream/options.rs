@@ -325,7 +325,7 @@ fn rate(given: &Given) -> Result<Option<f64>, PerfError> {
     };
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(Some(rate)),
-        Ok(rate) if rate == 0.0 => Ok(None),
+        Ok(0.0) => Ok(None),
         _ => Err(PerfError::usage(format!(
             "--rate needs a rate in msg/s above 0, not '{text}'"
         ))),
