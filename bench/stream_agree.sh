@@ -8,7 +8,13 @@
 # takes the broker's. It fails when the medians of the two tools' consumed averages differ by
 # more than 15%.
 #
-#   bench/stream_agree.sh [--seconds N (10)] [--rounds R (3)] [--no-pin] [--log-dir DIR]
+#   bench/stream_agree.sh [--seconds N (10)] [--rounds R (3)] [--rate MSG/S] [--no-pin]
+#                         [--log-dir DIR]
+#
+# --rate gives both tools the same publishing rate (W5 is otherwise unthrottled): the Java
+# client spends about 1.5 µs of CPU per message published and consumed (its lines' tool_cpu_s),
+# so at full speed on a 2-core machine it is the harness, not the broker, that sets the rate;
+# below the harness's ceiling the two tools must read the same rates and comparable latency.
 #
 # Per run it prints the published, confirmed and consumed averages, the steady consumed rate
 # (the median of the per-second lines after the first WARM_UP_S seconds, where the JVM is
@@ -27,6 +33,7 @@ readonly W5_FLAGS=(-x 1 -y 1 -s 12 --delete-streams --max-length-bytes 2gb
 
 seconds=10
 rounds=3
+rate=""
 pin=1
 work_dir=""
 log_dir=""
@@ -38,6 +45,8 @@ main() {
         seconds="$2"; shift 2 ;;
       --rounds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage "--rounds needs a whole number"
         rounds="$2"; shift 2 ;;
+      --rate) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || usage "--rate needs a whole number"
+        rate="$2"; shift 2 ;;
       --no-pin) pin=""; shift ;;
       --log-dir) [[ -n "${2:-}" ]] || usage "--log-dir needs a directory"
         log_dir="$2"; shift 2 ;;
@@ -55,7 +64,8 @@ main() {
   RABBITMQ_BENCH_PLUGINS=rabbitmq_stream start_rabbitmq || exit 1
   [[ -z "$pin" ]] || taskset -a -p 0x1 "$rabbit_beam_pid" >/dev/null
   local uri="rabbitmq-stream://guest:guest@127.0.0.1:$rabbit_stream_port/%2f"
-  echo "stream_agree: W5 (${W5_FLAGS[*]}), $rounds round(s) of ${seconds}s per tool" \
+  echo "stream_agree: W5 (${W5_FLAGS[*]}${rate:+ --rate $rate})," \
+    "$rounds round(s) of ${seconds}s per tool" \
     "${pin:+(RabbitMQ on core 0, the tool on core 1)}"
   local -a java=() warren=() java_steady=() warren_steady=()
   local round tool
@@ -79,7 +89,8 @@ main() {
 
 usage() {
   [[ $# -eq 0 ]] || echo "stream_agree: $1" >&2
-  echo "usage: $0 [--seconds N (10)] [--rounds R (3)] [--no-pin] [--log-dir DIR]" >&2
+  echo "usage: $0 [--seconds N (10)] [--rounds R (3)] [--rate MSG/S] [--no-pin]" \
+    "[--log-dir DIR]" >&2
   exit 2
 }
 
@@ -95,6 +106,7 @@ run_one() {
   [[ -z "$pin" ]] || command=(taskset -c 1 "${command[@]}")
   if ! timeout --kill-after=10 "$((seconds + 120))" "${command[@]}" --uris "$uri" \
       --streams "stream-agree-$round-$tool" "${W5_FLAGS[@]}" --time "$seconds" \
+      ${rate:+--rate "$rate"} \
       >"$log" 2>&1 </dev/null; then
     echo "stream_agree: $tool failed in round $round; its output:" >&2
     tail -n 20 "$log" >&2

@@ -91,6 +91,7 @@ public final class StreamPerf {
     List<String> streams = List.of("stream");
     String offset = "next";
     int timeSeconds = 3600;
+    double rate = 0;
     List<String> uris = List.of("rabbitmq-stream://guest:guest@localhost:5552/%2f");
     boolean deleteStreams = false;
     long maxLengthBytes = 20_000_000_000L;
@@ -119,6 +120,7 @@ public final class StreamPerf {
         case "--streams", "-st" -> o.streams = List.of(v.split(","));
         case "--offset", "-o" -> o.offset = v;
         case "--time", "-z" -> o.timeSeconds = Integer.parseInt(v);
+        case "--rate", "-r" -> o.rate = Double.parseDouble(v);
         case "--uris", "-u" -> o.uris = List.of(v.split(","));
         case "--max-length-bytes", "-amlb" -> o.maxLengthBytes = ByteCapacity.from(v).toBytes();
         case "--stream-max-segment-size-bytes", "-smssb" ->
@@ -126,7 +128,7 @@ public final class StreamPerf {
         default -> throw new IllegalArgumentException(
             "unknown flag '" + flag + "' (the harness takes warren perf stream's flags for "
                 + "producers, consumers, size, batch-size, sub-entry-size, confirms, streams, "
-                + "offset, time, uris, delete-streams, max-length-bytes, "
+                + "offset, rate, time, uris, delete-streams, max-length-bytes, "
                 + "stream-max-segment-size-bytes)");
       }
     }
@@ -153,6 +155,7 @@ public final class StreamPerf {
   final Histogram interval = new Histogram();
   final long[] total = new long[64 * Histogram.SUB];
   final AtomicBoolean stop = new AtomicBoolean();
+  long cpuAtStart;
 
   public static void main(String[] args) throws Exception {
     Options o;
@@ -198,9 +201,11 @@ public final class StreamPerf {
           .batchSize(o.batchSize).subEntrySize(o.subEntrySize)
           .maxUnconfirmedMessages(o.confirms).build();
       producers.add(producer);
-      Thread thread = new Thread(() -> publish(producer, o.size), "producer-" + i);
+      Thread thread = new Thread(() -> publish(producer, o.size, o.rate), "producer-" + i);
       threads.add(thread);
     }
+    cpuAtStart = ((com.sun.management.OperatingSystemMXBean)
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
     long start = System.nanoTime();
     threads.forEach(Thread::start);
     report(o, start);
@@ -219,7 +224,9 @@ public final class StreamPerf {
     env.close();
   }
 
-  void publish(Producer producer, int size) {
+  /** Publishes until stop; with a rate (msg/s), message n waits for start + n / rate. */
+  void publish(Producer producer, int size, double rate) {
+    long start = System.nanoTime();
     ConfirmationHandler handler = status -> {
       if (status.isConfirmed()) {
         confirmed.increment();
@@ -238,6 +245,12 @@ public final class StreamPerf {
         body[4 + b] = (byte) (now >>> (56 - 8 * b));
       }
       sequence++;
+      if (rate > 0 && sequence % 16 == 0) {
+        long due = start + (long) (sequence * 1e9 / rate);
+        while (System.nanoTime() < due && !stop.get()) {
+          java.util.concurrent.locks.LockSupport.parkNanos(due - System.nanoTime());
+        }
+      }
       producer.send(producer.messageBuilder().addData(body).build(), handler);
       published.increment();
     }
@@ -278,10 +291,14 @@ public final class StreamPerf {
     System.out.printf("id: stream, receiving rate avg: %d msg/s%n", cons);
     System.out.printf("id: stream, consumer latency min/median/75th/95th/99th %d/%d/%d/%d/%d µs%n",
         p[0], p[1], p[2], p[3], p[4]);
+    // the JVM's CPU over the run: a harness near one whole core limits the rate, not the broker
+    double cpu = (((com.sun.management.OperatingSystemMXBean)
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime()
+        - cpuAtStart) / 1e9;
     System.out.printf("stream-summary elapsed_s=%.3f published=%d confirmed=%d errors=%d "
             + "consumed=%d published_rate=%d confirmed_rate=%d consumed_rate=%d "
-            + "latency_us_p50=%d latency_us_p95=%d latency_us_p99=%d%n", elapsed, last[0],
-        last[1], errors.sum(), last[2], pub, conf, cons, p[1], p[3], p[4]);
+            + "latency_us_p50=%d latency_us_p95=%d latency_us_p99=%d tool_cpu_s=%.2f%n", elapsed,
+        last[0], last[1], errors.sum(), last[2], pub, conf, cons, p[1], p[3], p[4], cpu);
     System.out.flush();
   }
 }

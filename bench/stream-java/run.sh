@@ -6,7 +6,7 @@
 #
 #   bench/stream-java/run.sh [--producers N] [--consumers N] [--size BYTES]
 #       [--batch-size N] [--sub-entry-size N] [--confirms N] [--streams NAME,...]
-#       [--time SECONDS] [--uris rabbitmq-stream://USER:PASS@HOST:PORT/VHOST] [--delete-streams]
+#       [--offset first|last|next|N] [--rate MSG/S] [--time SECONDS] [--uris rabbitmq-stream://USER:PASS@HOST:PORT/VHOST] [--delete-streams]
 #   bench/stream-java/run.sh --install-only     fetch and compile, print the class path
 #
 # The client and its runtime dependencies come from Maven Central through
@@ -16,7 +16,8 @@
 set -euo pipefail
 
 readonly CLIENT_VERSION="${STREAM_CLIENT_VERSION:-1.11.0}"
-readonly JAVA_HEAP="${STREAM_JAVA_HEAP:--Xmx1g}"
+# The JVM's options (word-split): a fixed heap and the throughput collector keep GC cheap.
+readonly JAVA_OPTS="${STREAM_JAVA_OPTS:--Xms1g -Xmx1g -XX:+UseParallelGC}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly HERE
 readonly REPO_ROOT="$HERE/../.."
@@ -32,7 +33,9 @@ main() {
     echo "$CLASSES_DIR:$JARS_DIR/*"
     return 0
   fi
-  exec java "$JAVA_HEAP" -cp "$CLASSES_DIR:$JARS_DIR/*" StreamPerf "$@"
+  local java_opts=()
+  read -ra java_opts <<<"$JAVA_OPTS"
+  exec java "${java_opts[@]}" -cp "$CLASSES_DIR:$JARS_DIR/*" StreamPerf "$@"
 }
 
 # Downloads the client once; a marker file makes an interrupted download start over.
