@@ -307,7 +307,8 @@ header() {
   [[ -z "$label" ]] || echo "label: $label"
   echo "warren: $binary ($("$binary" --version 2>/dev/null || echo 'no --version')," \
     "sha256 $(sha256sum "$binary" | cut -c 1-12), built $(date -r "$binary" -Is))"
-  echo "load tool: $binary perf; suite from $(git -C "$REPO_ROOT" rev-parse --short HEAD)" \
+  echo "load tool: $(perf_command | tr '\n' ' ')(sha256 $(sha256sum "$(perf_command | head -n 1)" \
+    | cut -c 1-12)); suite from $(git -C "$REPO_ROOT" rev-parse --short HEAD)" \
     "($(git -C "$REPO_ROOT" rev-parse --abbrev-ref HEAD))"
   echo "rabbitmq: ${rabbitmq_version:-not started by the load runs} (Debian's" \
     "rabbitmq-server, a private node)"

@@ -31,8 +31,10 @@ pub async fn run(
         .endpoints
         .first()
         .expect("invariant: options hold at least one URI");
+    // Closed during the run: an idle connection would have to answer the broker's heartbeats.
     let mut admin = StreamConnection::connect(first, "warren-perf-stream-admin").await?;
     create_streams(&mut admin, options, out).await?;
+    admin.close().await;
     let stop = Arc::new(AtomicBool::new(false));
     let chunks = Arc::new(AtomicU64::new(0));
     let mut agents = Vec::new();
@@ -49,12 +51,13 @@ pub async fn run(
         .zip(cpu_before)
         .map(|(after, before)| after - before);
     if options.delete_streams {
+        let mut admin = StreamConnection::connect(first, "warren-perf-stream-admin").await?;
         for stream in &options.streams {
             admin.delete_stream(stream).await?;
             writeln!(out, "stream '{stream}' deleted").ok();
         }
+        admin.close().await;
     }
-    admin.close().await;
     if let Some(error) = failure {
         return Err(error);
     }
