@@ -39,6 +39,15 @@ pub struct StreamConnection {
     next_correlation: u32,
 }
 
+/// What `create_stream` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    New,
+    Existed,
+    /// It exists with other arguments (the broker answered precondition failed).
+    ExistedOtherwise,
+}
+
 /// The spec's name for a response code, for error texts.
 pub fn code_name(code: u16) -> &'static str {
     use response_code as r;
@@ -204,12 +213,13 @@ impl StreamConnection {
         }
     }
 
-    /// Creates a stream; `Ok(false)` when it already exists.
+    /// Creates a stream; a stream that exists already (with these arguments or others, as
+    /// stream-perf-test allows) is not an error.
     pub async fn create_stream(
         &mut self,
         stream: &str,
         arguments: Vec<(String, String)>,
-    ) -> Result<bool, PerfError> {
+    ) -> Result<Created, PerfError> {
         let stream_name = stream.to_owned();
         let what = format!("create stream '{stream}'");
         let command = |correlation_id| {
@@ -220,8 +230,9 @@ impl StreamConnection {
             })
         };
         match self.request_code(&what, command).await? {
-            response_code::OK => Ok(true),
-            response_code::STREAM_ALREADY_EXISTS => Ok(false),
+            response_code::OK => Ok(Created::New),
+            response_code::STREAM_ALREADY_EXISTS => Ok(Created::Existed),
+            response_code::PRECONDITION_FAILED => Ok(Created::ExistedOtherwise),
             code => Err(self.refused(&what, code)),
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::connection::StreamConnection;
+use super::connection::{Created, StreamConnection};
 use super::consumer::{self, ConsumerSpec};
 use super::options::StreamOptions;
 use super::producer::{self, ProducerSpec};
@@ -94,8 +94,13 @@ async fn create_streams(
                 options.segment_bytes_max.to_string(),
             ),
         ];
-        let created = admin.create_stream(stream, arguments).await?;
-        let state = if created { "created" } else { "exists already" };
+        let state = match admin.create_stream(stream, arguments).await? {
+            Created::New => "created",
+            Created::Existed => "exists already",
+            Created::ExistedOtherwise => {
+                "exists already, with other retention or segment size than asked (used as it is)"
+            }
+        };
         writeln!(out, "stream '{stream}' {state}").ok();
     }
     Ok(())
