@@ -26,6 +26,9 @@ use crate::stats::AgentStats;
 const WRITE_BATCH_BYTES: usize = 128 * 1024;
 /// The longest the writer sleeps without looking at the stop flag.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// The shortest sleep under `--rate`: the limiter lets what fell due meanwhile go in one burst,
+/// so waking for every message's due time would only spend CPU on timers and tiny frames.
+const RATE_WAIT_MIN: Duration = Duration::from_millis(1);
 
 /// What the reader task tells the writer.
 #[derive(Default)]
@@ -126,13 +129,17 @@ async fn write_publishes(
             spec.stats.sent.fetch_add(batch, Ordering::Relaxed);
             continue;
         }
-        let wait = match limiter.as_ref() {
-            Some(l) if window > published - shared.settled.load(Ordering::Relaxed) => l
-                .next_due()
-                .saturating_duration_since(tokio::time::Instant::now()),
-            _ => IDLE_WAIT,
-        };
-        let _ = tokio::time::timeout(wait.min(IDLE_WAIT), shared.wake.notified()).await;
+        match limiter.as_ref() {
+            // the rate, not the window, holds the writer: confirms need not wake it
+            Some(l) if window > published - shared.settled.load(Ordering::Relaxed) => {
+                let due = l.next_due();
+                let wait = due.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(wait.clamp(RATE_WAIT_MIN, IDLE_WAIT)).await;
+            }
+            _ => {
+                let _ = tokio::time::timeout(IDLE_WAIT, shared.wake.notified()).await;
+            }
+        }
     }
     debug_assert!(
         shared.settled.load(Ordering::Relaxed) <= published,
