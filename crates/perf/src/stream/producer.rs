@@ -120,6 +120,7 @@ async fn write_publishes(
             }
         }
         if !out.is_empty() {
+            let full = out.len() >= WRITE_BATCH_BYTES;
             socket
                 .write_all(&out)
                 .await
@@ -127,7 +128,10 @@ async fn write_publishes(
             out.clear();
             published += batch;
             spec.stats.sent.fetch_add(batch, Ordering::Relaxed);
-            continue;
+            // under --rate, what fell due while writing is a few messages: sleep first
+            if limiter.is_none() || full {
+                continue;
+            }
         }
         match limiter.as_ref() {
             // the rate, not the window, holds the writer: confirms need not wake it
