@@ -28,8 +28,13 @@ rabbit_version=""
 # then listens on 127.0.0.1:$rabbit_http_port.
 rabbit_management="${rabbit_management:-}"
 rabbit_http_port=""
+# Set when RABBITMQ_BENCH_PLUGINS enables rabbitmq_stream: the node's stream protocol port
+# (stream.listeners.tcp.default), also its advertised port, on 127.0.0.1.
+rabbit_stream_port=""
 warren_pid=""
 warren_port=""
+# The stream protocol port, when the binary has --stream-port (empty otherwise).
+warren_stream_port=""
 warren_http_port=""
 warren_prometheus_port=""
 warren_data_dir=""
@@ -37,6 +42,16 @@ warren_log="" # the broker's stdout and stderr (its tracing output)
 warren_config="${warren_config:-}" # a TOML config file for Warren (--config), when set
 # warren_management=off starts Warren without its HTTP API and Prometheus listeners.
 warren_management="${warren_management:-on}"
+
+# perf_command: the load tool, one word a line: WARREN_PERF_BIN (a warren-perf binary, from
+# `cargo build --release -p warren-perf`) when set, else the broker binary's `perf`.
+perf_command() {
+  if [[ -n "${WARREN_PERF_BIN:-}" ]]; then
+    echo "$WARREN_PERF_BIN"
+  else
+    printf '%s\n' "$(warren_binary)" perf
+  fi
+}
 
 # warren_binary: the broker to start: WARREN_BROKER_BIN, else the release build in
 # CARGO_TARGET_DIR (when set) or <repo>/target.
@@ -118,6 +133,15 @@ start_rabbitmq() {
     printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$rabbit_http_port" \
       >"$base/rabbitmq.conf"
   fi
+  if [[ ",${RABBITMQ_BENCH_PLUGINS:-}," == *,rabbitmq_stream,* ]]; then
+    # Clients reconnect to the advertised address, so it is the private port on loopback.
+    rabbit_stream_port="$(free_port)" || return 1
+    {
+      echo "stream.listeners.tcp.default = 127.0.0.1:$rabbit_stream_port"
+      echo "stream.advertised_host = 127.0.0.1"
+      echo "stream.advertised_port = $rabbit_stream_port"
+    } >>"$base/rabbitmq.conf"
+  fi
   rabbit_node="warren-bench-$$@localhost"
   echo "rabbitmq: starting node $rabbit_node on 127.0.0.1:$rabbit_port in $base"
   set_rabbitmq_env
@@ -146,6 +170,13 @@ start_rabbitmq() {
     fi
     echo "rabbitmq: management HTTP API on 127.0.0.1:$rabbit_http_port"
   fi
+  if [[ -n "$rabbit_stream_port" ]]; then
+    if ! wait_for_tcp "$rabbit_pid" "$rabbit_stream_port" "$BROKER_READY_TIMEOUT_S"; then
+      echo "rabbitmq: stream protocol not listening on $rabbit_stream_port"
+      return 1
+    fi
+    echo "rabbitmq: stream protocol on 127.0.0.1:$rabbit_stream_port"
+  fi
 }
 
 stop_rabbitmq() {
@@ -157,6 +188,7 @@ stop_rabbitmq() {
   fi
   rabbit_pid=""
   rabbit_beam_pid=""
+  rabbit_stream_port=""
 }
 
 # start_warren: builds Warren when missing and starts it on a free port with a fresh data
@@ -184,11 +216,18 @@ start_warren() {
   local config=() management=(--http-port "$warren_http_port" \
     --prometheus-port "$warren_prometheus_port")
   [[ -z "$warren_config" ]] || config=(--config "$warren_config")
+  local stream=()
+  warren_stream_port=""
+  if "$binary" server --help 2>/dev/null | grep -q -- '--stream-port'; then
+    warren_stream_port="$(free_port)" || return 1
+    stream=(--stream-port "$warren_stream_port")
+  fi
   [[ "$warren_management" != off ]] || management=(--no-management --no-prometheus)
   echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren" \
     "(management $warren_management)"
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
     --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
+    ${stream[@]+"${stream[@]}"} \
     "${management[@]}" >"$warren_log" 2>&1 </dev/null &
   warren_pid=$!
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
@@ -204,7 +243,7 @@ start_warren() {
     tail -n 30 "$warren_log" || true
     return 1
   fi
-  echo "warren: pid $warren_pid"
+  echo "warren: pid $warren_pid${warren_stream_port:+, stream protocol on $warren_stream_port}"
 }
 
 stop_warren() {

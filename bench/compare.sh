@@ -238,15 +238,22 @@ measure() {
   local machine_before machine_after
   machine_before="$(machine_busy_ticks)"
   local status=0 TIMEFORMAT='%3U %3S %3R'
-  local command=(java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest)
-  [[ "$tool" == perftest ]] || command=("$(warren_binary)" perf)
+  local command=(java "$JAVA_HEAP" -cp "$jars/*" com.rabbitmq.perf.PerfTest) uri_flag=--uri
+  if [[ "$tool" != perftest ]]; then
+    mapfile -t command < <(perf_command)
+  fi
+  if [[ "$tool" == warren-perf-stream ]]; then
+    # stream-perf-test's flags: the URI is rabbitmq-stream://... and goes to --uris
+    command+=(stream)
+    uri_flag=--uris
+  fi
   if [[ -n "$pin" ]]; then
     # Each on its own core: the tool's CPU use cannot take the broker's (compares tools).
     taskset -a -p 0x1 "$broker_pid" >/dev/null
     command=(taskset -c 1 "${command[@]}")
   fi
   { time timeout --kill-after=10 "$((duration_s + 120))" \
-      "${command[@]}" --uri "$uri" "$@" \
+      "${command[@]}" "$uri_flag" "$uri" "$@" \
       >"$log" 2>&1 </dev/null; } 2>"$times" || status=$?
   machine_after="$(machine_busy_ticks)"
   ticks_after="$(cpu_ticks "$broker_pid")" || {

@@ -16,6 +16,10 @@
 #   F50 F100 F200  fanout at 1,000 msg/s to 50/100/200 queues, an autoack consumer on each
 #   L1k L10k   latency at 1,000 and 10,000 msg/s with confirms 192, qos 200, multi-ack 200
 #   W9t W9p    1 MiB bodies, 1 -> 1 autoack, transient; persistent into a durable queue
+#   W4         a stream queue over AMQP 0.9.1: confirms 192 in flight, a consumer with qos
+#              5000 and x-stream-offset=first, 12-byte bodies
+#   W5         the stream protocol: `warren perf stream`, 1 producer, 1 consumer, 12-byte
+#              messages, confirms (stream-perf-test's default window of 10,000)
 #   C10k       10,000 idle connections with 2 channels each: RSS per connection
 #
 # RabbitMQ is started once and runs every selected load workload in turn, then stops; then
@@ -23,7 +27,10 @@
 # as a private node). Each run is `warren perf FLAGS -z SECONDS`, measured by compare.sh's
 # measure (sourced): the tool's summary, the broker's CPU (utime + stime from /proc) per
 # message received, the other processes' load; W1 and W9p also check that their queue is
-# durable. C10k is `bench/connections.sh --connections N --hold 15` (its own brokers). Each
+# durable. W5 is `warren perf stream` (stream-perf-test's flags) on the broker's stream port:
+# RabbitMQ's rabbitmq_stream plugin on a private port; Warren's --stream-port, when the binary
+# has it (else W5 on Warren is NOT MEASURED, with that reason). WARREN_PERF_BIN (a warren-perf
+# binary) replaces the Warren binary as the load tool. C10k is `bench/connections.sh --connections N --hold 15` (its own brokers). Each
 # run prints its block as it ends, after a `seeds: BROKER [step/total] ID` line. --seconds
 # (default 20) is each load run's -z. --warren BIN (or WARREN_BROKER_BIN) is the Warren
 # binary, which is also the `warren perf` load tool; --label says in the table's header what
@@ -47,7 +54,7 @@ export WARREN_BENCH_LOG_DIR="${WARREN_BENCH_LOG_DIR:-/tmp/warren-seeds-$STAMP}"
 # shellcheck source=bench/compare.sh
 source "$(dirname "${BASH_SOURCE[0]}")/compare.sh"
 readonly ALL_WORKLOADS=(W1 W2 X-default X-direct X-fanout X-topic X-headers F50 F100 F200
-  L1k L10k W9t W9p C10k)
+  L1k L10k W9t W9p W4 W5 C10k)
 readonly MIB=1048576
 readonly C10K_HOLD_S=15 # connections.sh takes the RSS 5 s in; it wants at least 15
 readonly BETWEEN_RUNS_S=2 # the broker settles (consumers gone, queues deleted) between runs
@@ -115,7 +122,7 @@ parse_args() {
       --label) label="${2:-}"; shift 2 ;;
       --connections) connections="${2:-}"; shift 2 ;;
       --out-dir) out_dir="${2:-}"; shift 2 ;;
-      -h|--help) sed -n '2,39p' "${BASH_SOURCE[0]}"; exit 0 ;;
+      -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
       *) usage "unknown argument '$1'" ;;
     esac
   done
@@ -180,6 +187,12 @@ load_args() {
     W9t) printf '%s\n' -x 1 -y 1 -s "$MIB" -a ;;
     W9p) printf '%s\n' -x 1 -y 1 -u seeds-w9p -s "$MIB" --flag persistent \
       --auto-delete false -a ;;
+    W4) printf '%s\n' -x 1 -y 1 -u seeds-w4 -s 12 --flag persistent --auto-delete false \
+      --queue-args x-queue-type=stream --consumer-args x-stream-offset=first --qos 5000 \
+      --confirm 192 ;;
+    # stream-perf-test's flags (warren perf stream); retention keeps the disk bounded
+    W5) printf '%s\n' -x 1 -y 1 -s 12 --streams seeds-w5 --delete-streams \
+      --max-length-bytes 2gb --stream-max-segment-size-bytes 100mb ;;
     *) echo "seeds: no load arguments for '$id'" >&2; return 1 ;;
   esac
 }
@@ -203,6 +216,8 @@ run_loads() {
   echo "== $broker"
   local pid port
   if [[ "$broker" == rabbitmq ]]; then
+    # W5 needs the stream protocol; brokers.sh then gives it a private port
+    [[ " $* " != *" W5 "* ]] || export RABBITMQ_BENCH_PLUGINS=rabbitmq_stream
     start_rabbitmq || { echo "rabbitmq: NOT MEASURED (could not start a node)"; return 1; }
     pid="$rabbit_beam_pid" port="$rabbit_port"
     rabbitmq_version="$rabbit_version"
@@ -227,16 +242,29 @@ run_loads() {
   return "$status"
 }
 
-# run_load BROKER PID PORT ID: one bounded `warren perf` run of workload ID.
+# run_load BROKER PID PORT ID: one bounded `warren perf` run of workload ID (W5: `warren
+# perf stream` on the broker's stream port).
 run_load() {
   local broker="$1" pid="$2" port="$3" id="$4" args=() status=0
   mapfile -t args < <(load_args "$id")
-  local log="$LOG_DIR/$id-$broker.log"
-  echo "seeds: $id on $broker: warren perf ${args[*]} -z $seconds"
-  { measure "$broker" "$pid" "" "$seconds" "amqp://guest:guest@127.0.0.1:$port/%2f" \
+  local log="$LOG_DIR/$id-$broker.log" uri="amqp://guest:guest@127.0.0.1:$port/%2f"
+  local tool="$tool" command="warren perf"
+  if [[ "$id" == W5 ]]; then
+    tool=warren-perf-stream command="warren perf stream"
+    local stream_port="$rabbit_stream_port"
+    [[ "$broker" == rabbitmq ]] || stream_port="$warren_stream_port"
+    if [[ -z "$stream_port" ]]; then
+      echo "seeds: W5 on $broker: NOT MEASURED: $(warren_binary) has no --stream-port" \
+        "(no stream protocol listener in this build)" | tee "$log"
+      return 1
+    fi
+    uri="rabbitmq-stream://guest:guest@127.0.0.1:$stream_port/%2f"
+  fi
+  echo "seeds: $id on $broker: $command ${args[*]} -z $seconds"
+  { measure "$broker" "$pid" "" "$seconds" "$uri" \
       "${args[@]}" -z "$seconds" && check_durable "$broker" "${args[@]}"; } 2>&1 \
     | tee "$log" || status=1
-  mv "$LOG_DIR/warren-perf-$broker.log" "$LOG_DIR/$id-$broker-perf.log" 2>/dev/null || true
+  mv "$LOG_DIR/$tool-$broker.log" "$LOG_DIR/$id-$broker-perf.log" 2>/dev/null || true
   python3 "$REPO_ROOT/bench/seeds_report.py" compare "$id" "$log" "$MIB" >>"$csv" || status=1
   note_rows "$id" "$broker"
   return "$status"
@@ -264,7 +292,10 @@ note_rows() {
   if grep -q "^$1,$2," "$csv"; then
     grep "^$1,$2," "$csv" | sed "s/^/seeds: row: /"
   else
-    echo "seeds: $1 on $2: NOT MEASURED (see $LOG_DIR/$1*.log)"
+    local why
+    why="$(grep -h -m 1 -E '^warren perf: |NOT MEASURED: ' "$LOG_DIR/$1-$2-perf.log" \
+      "$LOG_DIR/$1-$2.log" 2>/dev/null | head -n 1)" || true
+    echo "seeds: $1 on $2: NOT MEASURED${why:+: $why} (see $LOG_DIR/$1*.log)"
   fi
 }
 
@@ -276,7 +307,8 @@ header() {
   [[ -z "$label" ]] || echo "label: $label"
   echo "warren: $binary ($("$binary" --version 2>/dev/null || echo 'no --version')," \
     "sha256 $(sha256sum "$binary" | cut -c 1-12), built $(date -r "$binary" -Is))"
-  echo "load tool: $binary perf; suite from $(git -C "$REPO_ROOT" rev-parse --short HEAD)" \
+  echo "load tool: $(perf_command | tr '\n' ' ')(sha256 $(sha256sum "$(perf_command | head -n 1)" \
+    | cut -c 1-12)); suite from $(git -C "$REPO_ROOT" rev-parse --short HEAD)" \
     "($(git -C "$REPO_ROOT" rev-parse --abbrev-ref HEAD))"
   echo "rabbitmq: ${rabbitmq_version:-not started by the load runs} (Debian's" \
     "rabbitmq-server, a private node)"

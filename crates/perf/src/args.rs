@@ -327,6 +327,7 @@ pub fn help() -> String {
     let mut text = String::from(
         "warren perf: load a RabbitMQ-compatible broker with PerfTest's workloads\n\n\
          usage: warren perf [FLAGS]\n       \
+         warren perf stream [FLAGS]   (stream-perf-test's flags: warren perf stream --help)\n       \
          warren perf chart A.json [B.json] -o OUT.png\n\nflags:\n",
     );
     for f in FLAGS {

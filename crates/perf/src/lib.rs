@@ -2,7 +2,8 @@
 //! lines, so that the same workload can be run against Warren and RabbitMQ with either tool.
 //!
 //! Layout: `args` and `options` read the command line; `topology` works out queues and routing;
-//! `driver` is the protocol abstraction and `amqp091` its first implementation; `producer` and
+//! `driver` is the protocol abstraction and `amqp091` its first implementation (`amqp10` and
+//! `stream` are runs of their own, with quiver's and stream-perf-test's flags); `producer` and
 //! `consumer` are the protocol-independent tasks; `run` (load), `sweep` and `connections` are
 //! the three kinds of run (`sources` and `open_files` serve the last); `report` holds the
 //! figures and `chart` draws them.
@@ -29,6 +30,7 @@ pub mod report;
 pub mod run;
 pub mod sources;
 pub mod stats;
+pub mod stream;
 pub mod sweep;
 pub mod topology;
 pub mod uri;
@@ -57,6 +59,9 @@ pub fn main(args: Vec<String>) -> ExitCode {
 fn main_inner(args: Vec<String>) -> Result<(), PerfError> {
     if args.first().map(String::as_str) == Some("amqp10") {
         return amqp10::command(args.get(1..).unwrap_or_default());
+    }
+    if args.first().map(String::as_str) == Some("stream") {
+        return stream::command(args.get(1..).unwrap_or_default());
     }
     if args.first().map(String::as_str) == Some("chart") {
         return chart::command(args.get(1..).unwrap_or_default());

@@ -10,7 +10,7 @@ mod report;
 mod run;
 
 pub use options::Amqp10Options;
-pub use report::Amqp10Report;
+pub use report::{thousands, Amqp10Report};
 pub use run::run;
 
 use std::io::Write;
