@@ -337,3 +337,51 @@ async fn retention_by_size_deletes_whole_old_segments() {
         "the count is what the log still holds"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policys_retention_wins_over_the_declared_argument() {
+    let broker = TestBroker::start().await;
+    if broker.is_external() {
+        return; // the policy would apply to the external broker's other streams too
+    }
+    let stream = unique("stream-pol");
+    let api = warren_tests::http::Api::new(&broker);
+    let policy = serde_json::json!({
+        "pattern": format!("^{stream}$"),
+        "apply-to": "queues",
+        "definition": {"max-length-bytes": 12_000, "stream-max-segment-size-bytes": 4_000},
+    });
+    let path = format!("/api/policies/%2F/{stream}");
+    let (status, body) = api.send(reqwest::Method::PUT, &path, Some(policy)).await;
+    assert!(status.is_success(), "policy: {status} {body}");
+    let connection = broker.connect().await;
+    let publisher = confirm_channel(&connection).await;
+    // Declared to keep 10 MB in 500 MB segments: the policy's 12 KB in 4 KB segments win.
+    let declared = [
+        ("x-max-length-bytes", AMQPValue::LongLongInt(10_000_000)),
+        (
+            "x-stream-max-segment-size-bytes",
+            AMQPValue::LongLongInt(500_000_000),
+        ),
+    ];
+    declare_stream(&publisher, &stream, &declared).await;
+    let payload = vec![b'x'; 400];
+    for _ in 0..200 {
+        publish_with(
+            &publisher,
+            "",
+            &stream,
+            &payload,
+            BasicProperties::default(),
+        )
+        .await;
+    }
+    let channel = consumer_channel(&connection, 10).await;
+    let mut consumer = consume(&channel, &stream, Some(text("first"))).await;
+    let first = next_delivery(&mut consumer).await;
+    let first_offset = offset_header(&first);
+    assert!(
+        first_offset > 100,
+        "the policy's retention applied; reading from first began at {first_offset}"
+    );
+}
