@@ -29,6 +29,7 @@ mod expiry;
 mod forward;
 pub mod queue_type;
 pub mod stats;
+pub mod stream;
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -92,6 +93,11 @@ pub struct Setup {
     pub vhost: Weak<crate::vhost::VHost>,
     /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
     pub credit: u32,
+    /// Where streams keep their logs (`None`: the broker has no data directory for them).
+    pub streams: Option<stream::StreamStorage>,
+    /// The queue was recovered at broker start (a stream opens its log as it is), rather
+    /// than declared now (a new stream starts empty).
+    pub restart: bool,
 }
 
 /// Counts reported to declare-ok, purge-ok and the management API.
@@ -228,6 +234,8 @@ struct HandleInner {
     pending: AtomicUsize,
     /// The queue's side of inline publishes, for queue types that offer them.
     inline: OnceLock<Weak<dyn InlinePublish>>,
+    /// A stream's handle for the stream protocol (set once, by the stream when it starts).
+    stream: OnceLock<stream::StreamHandle>,
 }
 
 /// A publish batch: the messages, the confirm ticket they hold and the publisher's tags
@@ -325,7 +333,18 @@ impl QueueHandle {
             stats: QueueStats::default(),
             pending: AtomicUsize::new(0),
             inline: OnceLock::new(),
+            stream: OnceLock::new(),
         }))
+    }
+
+    /// A stream's handle for the stream protocol; `None` for the other queue types.
+    pub fn stream(&self) -> Option<&stream::StreamHandle> {
+        self.0.stream.get()
+    }
+
+    /// Gives the queue its stream handle (set once, by the stream when it starts).
+    pub(crate) fn offer_stream(&self, handle: stream::StreamHandle) {
+        let _ = self.0.stream.set(handle);
     }
 
     /// Lets publishers run their publishes on their own task through `inline` while the
