@@ -73,7 +73,13 @@ public class StreamInterop {
     uri = args[0];
     httpUrl = args.length > 1 && !args[1].isEmpty() ? args[1] : null;
     prefix = "stream-java-" + ProcessHandle.current().pid() + "-";
-    env = Environment.builder().uri(uri).id(prefix + "env").rpcTimeout(WAIT).build();
+    try {
+      env = Environment.builder().uri(uri).id(prefix + "env").rpcTimeout(WAIT).build();
+    } catch (RuntimeException e) {
+      System.out.printf("FAIL connect: %s%n", e);
+      System.out.println("stream-java: 0 passed, 1 failed, 0 skipped");
+      System.exit(1);
+    }
     try {
       runAll();
     } finally {
