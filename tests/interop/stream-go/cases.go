@@ -29,6 +29,7 @@ func cases() []testCase {
 		{"retention-size", retentionSize},
 		{"retention-age", retentionAge},
 		{"metadata", metadata},
+		{"stream-stats", streamStats},
 		{"reconnect", reconnect},
 		{"stream-deleted", streamDeleted},
 	}
@@ -452,6 +453,54 @@ func metadata(name string) error {
 	_, err = env.NewConsumer(missing, func(stream.ConsumerContext, *amqp.Message) {}, nil)
 	if !errors.Is(err, stream.StreamDoesNotExist) {
 		return fmt.Errorf("consumer of a missing stream: %v, expected stream does not exist", err)
+	}
+	return nil
+}
+
+// streamStats: StreamStats (RabbitMQ 3.11+) answers osiris's first and committed chunk ids,
+// -1 (an error from the client) while the stream is empty.
+func streamStats(name string) error {
+	if err := env.DeclareStream(name, nil); err != nil {
+		return err
+	}
+	// Its own environment: a broker without the command may close the connection.
+	own, err := stream.NewEnvironment(stream.NewEnvironmentOptions().SetUri(streamURI).
+		SetRPCTimeout(5 * time.Second))
+	if err != nil {
+		return err
+	}
+	defer own.Close()
+	empty, err := own.StreamStats(name)
+	if err != nil {
+		if version, known := brokerVersion(); known && versionBefore(version, 3, 11) {
+			return fmt.Errorf("%w: RabbitMQ %s has no StreamStats command (3.11 and later): %v",
+				errSkip, version, err)
+		}
+		return fmt.Errorf("StreamStats: %w", err)
+	}
+	if first, err := empty.FirstOffset(); err == nil {
+		return fmt.Errorf("an empty stream has first offset %d", first)
+	}
+	if committed, err := empty.CommittedChunkId(); err == nil {
+		return fmt.Errorf("an empty stream has committed chunk id %d", committed)
+	}
+	if err := publish(name, bodies("m", 0, 50)); err != nil {
+		return err
+	}
+	if err := publish(name, bodies("m", 50, 50)); err != nil {
+		return err
+	}
+	stats, err := own.StreamStats(name)
+	if err != nil {
+		return fmt.Errorf("StreamStats: %w", err)
+	}
+	if first, err := stats.FirstOffset(); err != nil || first != 0 {
+		return fmt.Errorf("first offset %d, %v; expected 0", first, err)
+	}
+	committed, err := stats.CommittedChunkId()
+	if err != nil || committed < 50 || committed > 99 {
+		return fmt.Errorf("committed chunk id %d, %v; expected the last chunk's, 50..99",
+			committed, err)
 	}
 	return nil
 }

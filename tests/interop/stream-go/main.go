@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,7 +114,8 @@ func runCase(c testCase) (outcome error) {
 	case outcome == nil:
 		fmt.Printf("PASS %s (%d ms)\n", c.name, time.Since(started).Milliseconds())
 	case errors.Is(outcome, errSkip):
-		fmt.Printf("SKIP %s: %v\n", c.name, outcome)
+		reason := strings.TrimPrefix(outcome.Error(), errSkip.Error()+": ")
+		fmt.Printf("SKIP %s: %s\n", c.name, reason)
 	default:
 		fmt.Printf("FAIL %s: %v\n", c.name, outcome)
 	}

@@ -6,13 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // closeConnections closes, through the management API, every connection whose
-// client-given connection_name is `name`. A broker whose API lists no such connection or
-// cannot close one gets the case skipped, with the reason.
+// client-given connection_name (or user_provided_name) is `name`. A broker whose API lists
+// no such connection or cannot close one gets the case skipped, with the reason.
 func closeConnections(name string) error {
 	client := &http.Client{Timeout: 10 * time.Second}
 	var names []string
@@ -59,13 +60,16 @@ func connectionNames(client *http.Client, path, name string) ([]string, error) {
 	var connections []struct {
 		Name             string         `json:"name"`
 		ClientProperties map[string]any `json:"client_properties"`
+		UserProvidedName string         `json:"user_provided_name"`
 	}
 	if err := json.Unmarshal(body, &connections); err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)
 	}
 	var out []string
 	for _, c := range connections {
-		if given, _ := c.ClientProperties["connection_name"].(string); given == name {
+		// The client's name is in client_properties; RabbitMQ copies it to user_provided_name.
+		given, _ := c.ClientProperties["connection_name"].(string)
+		if given == name || c.UserProvidedName == name {
 			out = append(out, c.Name)
 		}
 	}
@@ -101,4 +105,38 @@ func api(client *http.Client, method, path string) (int, []byte, error) {
 	defer response.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(response.Body, 16<<20))
 	return response.StatusCode, body, err
+}
+
+// brokerVersion is the rabbitmq_version the management API reports; false without an HTTP
+// URL or an answer.
+func brokerVersion() (string, bool) {
+	if httpURL == "" {
+		return "", false
+	}
+	status, body, err := api(&http.Client{Timeout: 10 * time.Second}, http.MethodGet,
+		"/api/overview")
+	if err != nil || status != 200 {
+		return "", false
+	}
+	var overview struct {
+		Version string `json:"rabbitmq_version"`
+	}
+	if json.Unmarshal(body, &overview) != nil || overview.Version == "" {
+		return "", false
+	}
+	return overview.Version, true
+}
+
+// versionBefore tells whether version (major.minor...) is before major.minor.
+func versionBefore(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	gotMajor, errMajor := strconv.Atoi(parts[0])
+	gotMinor, errMinor := strconv.Atoi(parts[1])
+	if errMajor != nil || errMinor != nil {
+		return false
+	}
+	return gotMajor < major || (gotMajor == major && gotMinor < minor)
 }

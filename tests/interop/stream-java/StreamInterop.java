@@ -9,11 +9,13 @@ import com.rabbitmq.stream.Consumer;
 import com.rabbitmq.stream.ConsumerBuilder;
 import com.rabbitmq.stream.Environment;
 import com.rabbitmq.stream.Message;
+import com.rabbitmq.stream.NoOffsetException;
 import com.rabbitmq.stream.OffsetSpecification;
 import com.rabbitmq.stream.Producer;
 import com.rabbitmq.stream.Resource;
 import com.rabbitmq.stream.StreamDoesNotExistException;
 import com.rabbitmq.stream.StreamException;
+import com.rabbitmq.stream.StreamStats;
 import com.rabbitmq.stream.compression.Compression;
 import com.rabbitmq.stream.impl.Client;
 import java.net.URI;
@@ -106,6 +108,7 @@ public class StreamInterop {
     run("retention-size", StreamInterop::retentionSize);
     run("retention-age", StreamInterop::retentionAge);
     run("metadata", StreamInterop::metadata);
+    run("stream-stats", StreamInterop::streamStats);
     run("reconnect", StreamInterop::reconnect);
     run("stream-deleted", StreamInterop::streamDeleted);
   }
@@ -407,6 +410,50 @@ public class StreamInterop {
     }
   }
 
+  /** StreamStats (RabbitMQ 3.11+): osiris's first and committed chunk ids, -1 when empty. */
+  static void streamStats(String stream) throws Exception {
+    env.streamCreator().stream(stream).create();
+    StreamStats empty;
+    try {
+      empty = env.queryStreamStats(stream);
+    } catch (RuntimeException e) {
+      // The locator operation wraps the client's refusal to send a command the broker
+      // did not list (PeerProperties version before 3.11).
+      for (Throwable cause = e; cause != null; cause = cause.getCause()) {
+        if (cause instanceof UnsupportedOperationException) {
+          throw new Skip("the broker has no StreamStats command (RabbitMQ 3.11 and later): "
+              + cause.getMessage());
+        }
+      }
+      throw e;
+    }
+    check(noOffset(empty::firstOffset), "an empty stream has a first offset");
+    check(noOffset(empty::committedChunkId), "an empty stream has a committed chunk");
+    publish(stream, null, bodies("m", 0, 50));
+    publish(stream, null, bodies("m", 50, 50));
+    StreamStats stats = env.queryStreamStats(stream);
+    check(stats.firstOffset() == 0, "first offset " + stats.firstOffset() + ", expected 0");
+    long committed = stats.committedChunkId();
+    check(committed >= 50 && committed <= 99,
+        "committed chunk id " + committed + ", expected the last chunk's first offset, 50..99");
+    try {
+      env.queryStreamStats(prefix + "missing");
+      throw new AssertionError("StreamStats of a missing stream answered");
+    } catch (StreamDoesNotExistException expected) {
+      // response code 2
+    }
+  }
+
+  /** True when the value is absent: the client throws NoOffsetException for -1. */
+  static boolean noOffset(java.util.function.LongSupplier value) {
+    try {
+      value.getAsLong();
+      return false;
+    } catch (NoOffsetException expected) {
+      return true;
+    }
+  }
+
   static void reconnect(String stream) throws Exception {
     if (httpUrl == null) {
       throw new Skip("no HTTP API URL given (second argument / WARREN_HTTP_URL)");
@@ -700,9 +747,13 @@ public class StreamInterop {
    */
   static List<String> connectionNames(String json, String namePrefix) {
     List<String> out = new ArrayList<>();
-    String wanted = "\"connection_name\":\"" + namePrefix;
+    // The client's name is in client_properties, and RabbitMQ copies it to
+    // user_provided_name.
+    String given = "\"connection_name\":\"" + namePrefix;
+    String provided = "\"user_provided_name\":\"" + namePrefix;
     for (String object : objectsAtDepth(json, 1)) {
-      if (!object.replace(" ", "").contains(wanted)) {
+      String compact = object.replace(" ", "");
+      if (!compact.contains(given) && !compact.contains(provided)) {
         continue;
       }
       // The connection's own "name" is at its top level, outside client_properties.
