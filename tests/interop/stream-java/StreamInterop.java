@@ -181,8 +181,13 @@ public class StreamInterop {
       int confirmed = sendAll(producer, bodies("batch-", 0, 2000), 0);
       check(confirmed == 2000, "confirmed " + confirmed + " of 2000");
     }
-    // And a batch written by the client's Client class: 10 messages in one Publish frame.
-    Client client = client(new Client.ClientParameters());
+    // And a batch written by the client's Client class: 10 messages in one Publish frame,
+    // each confirmed with the publishing id the client gave it.
+    List<Long> confirmedIds = Collections.synchronizedList(new ArrayList<>());
+    AtomicReference<String> error = new AtomicReference<>();
+    Client client = client(new Client.ClientParameters()
+        .publishConfirmListener((publisher, id) -> confirmedIds.add(id))
+        .publishErrorListener((publisher, id, code) -> error.set("id " + id + " code " + code)));
     try {
       Client.Response declared = client.declarePublisher((byte) 1, null, stream);
       check(declared.isOk(), "declarePublisher: code " + declared.getResponseCode());
@@ -190,7 +195,12 @@ public class StreamInterop {
       for (String body : bodies("batch-", 2000, 10)) {
         batch.add(client.messageBuilder().addData(body.getBytes(StandardCharsets.UTF_8)).build());
       }
-      client.publish((byte) 1, batch);
+      List<Long> sentIds = client.publish((byte) 1, batch);
+      waitFor(() -> confirmedIds.size() >= 10 || error.get() != null, "10 confirms");
+      check(error.get() == null, "publish error: " + error.get());
+      List<Long> sorted = new ArrayList<>(confirmedIds);
+      Collections.sort(sorted);
+      check(sorted.equals(sentIds), "confirmed ids " + sorted + ", sent " + sentIds);
     } finally {
       client.close();
     }
