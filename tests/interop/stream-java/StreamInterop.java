@@ -1,6 +1,7 @@
 // The Java stream client (com.rabbitmq:stream-client) against a broker's stream port, used
 // the way applications use it: an Environment, producers, consumers, and, where the
 // Environment has no call for it (metadata, MetadataUpdate), the client's own Client class.
+// (ManagementApi.java closes connections for the reconnect case.)
 // Usage: java StreamInterop STREAM_URI [HTTP_URL]. Prints `PASS NAME`, `FAIL NAME: why` or
 // `SKIP NAME: why` per case and `stream-java: N passed, M failed, K skipped` last; exits 1
 // on a failure. Every stream it creates is named stream-java-<pid>-<case> and deleted after.
@@ -19,14 +20,9 @@ import com.rabbitmq.stream.StreamStats;
 import com.rabbitmq.stream.compression.Compression;
 import com.rabbitmq.stream.impl.Client;
 import java.net.URI;
-import java.net.URLEncoder;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
@@ -35,8 +31,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 public class StreamInterop {
   /** Bound of every wait for confirms, deliveries or a broker-side effect. */
@@ -59,6 +53,8 @@ public class StreamInterop {
   }
 
   static final class Skip extends Exception {
+    private static final long serialVersionUID = 1L;
+
     Skip(String reason) {
       super(reason);
     }
@@ -484,7 +480,8 @@ public class StreamInterop {
             })
             .messageHandler((ctx, m) -> got.add(delivery(ctx, m))).build()) {
       waitFor(() -> got.size() >= 100, "100 deliveries before the connection is closed");
-      int closed = closeConnections(envId + "-consumer");
+      int closed = new ManagementApi(httpUrl, uri)
+          .closeConnections(envId + "-consumer", WAIT);
       waitFor(() -> recoveries.get() > 0, "the consumer noticing its closed connection");
       publish(stream, null, bodies("r", 100, 100));
       waitFor(() -> got.size() >= 200, "200 deliveries across the reconnect");
@@ -698,142 +695,5 @@ public class StreamInterop {
     } catch (InterruptedException e) {
       throw new AssertionError(e);
     }
-  }
-
-  // ---- the management API: find and close the consumer's connection ----
-
-  /** Closes every stream connection whose client-given name starts with `namePrefix`. */
-  static int closeConnections(String namePrefix) throws Exception {
-    HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
-    List<String> names = new ArrayList<>();
-    // RabbitMQ lists a connection once its first statistics are out (every 5 s by default).
-    long deadline = System.nanoTime() + WAIT.toNanos();
-    while (names.isEmpty() && System.nanoTime() < deadline) {
-      for (String path : List.of("/api/stream/connections", "/api/connections")) {
-        HttpResponse<String> list = http.send(api(path).GET().build(),
-            HttpResponse.BodyHandlers.ofString());
-        if (list.statusCode() == 200) {
-          names = connectionNames(list.body(), namePrefix);
-        }
-        if (!names.isEmpty()) {
-          break;
-        }
-      }
-      sleep(names.isEmpty() ? 500 : 0);
-    }
-    if (names.isEmpty()) {
-      throw new Skip("the management API lists no stream connection named " + namePrefix
-          + "* (GET /api/stream/connections and /api/connections)");
-    }
-    for (String name : names) {
-      String path = "/api/connections/" + URLEncoder.encode(name, StandardCharsets.UTF_8)
-          .replace("+", "%20");
-      HttpResponse<String> closed = http.send(api(path).DELETE().build(),
-          HttpResponse.BodyHandlers.ofString());
-      if (closed.statusCode() == 404 || closed.statusCode() == 405
-          || closed.statusCode() == 501) {
-        throw new Skip("DELETE " + path + " answered " + closed.statusCode()
-            + ": no connection close in the management API");
-      }
-      check(closed.statusCode() / 100 == 2, "DELETE " + path + ": " + closed.statusCode()
-          + " " + closed.body());
-    }
-    return names.size();
-  }
-
-  static HttpRequest.Builder api(String path) {
-    URI parsed = URI.create(uri);
-    String userInfo = URI.create(httpUrl).getUserInfo();
-    String credentials = userInfo != null ? userInfo : parsed.getUserInfo();
-    String base = httpUrl.replaceFirst("//[^/@]*@", "//").replaceAll("/+$", "");
-    return HttpRequest.newBuilder(URI.create(base + path)).timeout(Duration.ofSeconds(10))
-        .header("Authorization", "Basic " + Base64.getEncoder()
-            .encodeToString(credentials.getBytes(StandardCharsets.UTF_8)));
-  }
-
-  /**
-   * The `name` of each connection whose client_properties connection_name starts with
-   * namePrefix. A small scanner over the JSON keeps this file free of a JSON library.
-   */
-  static List<String> connectionNames(String json, String namePrefix) {
-    List<String> out = new ArrayList<>();
-    // The client's name is in client_properties, and RabbitMQ copies it to
-    // user_provided_name.
-    String given = "\"connection_name\":\"" + namePrefix;
-    String provided = "\"user_provided_name\":\"" + namePrefix;
-    for (String object : objectsAtDepth(json, 1)) {
-      String compact = object.replace(" ", "");
-      if (!compact.contains(given) && !compact.contains(provided)) {
-        continue;
-      }
-      // The connection's own "name" is at its top level, outside client_properties.
-      Matcher name = Pattern.compile("\"name\"\\s*:\\s*\"([^\"]*)\"")
-          .matcher(withoutNested(object));
-      if (name.find()) {
-        out.add(name.group(1));
-      }
-    }
-    return out;
-  }
-
-  /** The text of every JSON object that opens at `depth` (1 = the elements of an array). */
-  static List<String> objectsAtDepth(String json, int depth) {
-    List<String> out = new ArrayList<>();
-    int level = 0;
-    int start = -1;
-    boolean inString = false;
-    for (int i = 0; i < json.length(); i++) {
-      char c = json.charAt(i);
-      if (inString) {
-        if (c == '\\') {
-          i++;
-        } else if (c == '"') {
-          inString = false;
-        }
-      } else if (c == '"') {
-        inString = true;
-      } else if (c == '{' || c == '[') {
-        level++;
-        if (c == '{' && level == depth + 1) {
-          start = i;
-        }
-      } else if (c == '}' || c == ']') {
-        if (c == '}' && level == depth + 1 && start >= 0) {
-          out.add(json.substring(start, i + 1));
-          start = -1;
-        }
-        level--;
-      }
-    }
-    return out;
-  }
-
-  /** An object's text with its nested objects and arrays removed (strings kept whole). */
-  static String withoutNested(String object) {
-    StringBuilder flat = new StringBuilder();
-    int level = 0;
-    boolean inString = false;
-    for (int i = 0; i < object.length(); i++) {
-      char c = object.charAt(i);
-      boolean structural = !inString && (c == '{' || c == '[' || c == '}' || c == ']');
-      if (inString && c == '\\' && i + 1 < object.length()) {
-        if (level == 1) {
-          flat.append(c).append(object.charAt(i + 1));
-        }
-        i++;
-        continue;
-      }
-      if (c == '"') {
-        inString = !inString;
-      }
-      if (structural && (c == '{' || c == '[')) {
-        level++;
-      } else if (structural) {
-        level--;
-      } else if (level == 1) {
-        flat.append(c);
-      }
-    }
-    return flat.toString();
   }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the Java stream client suite (StreamInterop.java, on com.rabbitmq:stream-client 1.11.0
-# from Maven Central) against a broker's stream port.
+# Runs the Java stream client suite (StreamInterop.java and ManagementApi.java, on
+# com.rabbitmq:stream-client 1.11.0 from Maven Central) against a broker's stream port.
 #
 #   tests/interop/stream-java/run.sh [STREAM_URI [HTTP_URL]]
 #   STREAM_URI  e.g. rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f (or WARREN_STREAM_URL)
@@ -36,5 +36,5 @@ if [[ ! -f "$tools/complete" ]]; then
 fi
 rm -rf "$tools/classes"
 mkdir -p "$tools/classes"
-javac -d "$tools/classes" -cp "$tools/jars/*" "$here/StreamInterop.java"
+javac -d "$tools/classes" -cp "$tools/jars/*" "$here"/*.java
 exec java "$JAVA_HEAP" -cp "$tools/classes:$tools/jars/*" StreamInterop "$stream_url" "$http_url"
