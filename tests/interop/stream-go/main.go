@@ -4,10 +4,12 @@
 // reconnection.
 //
 //	go run . STREAM_URI [HTTP_URL]
+//	go run . --restart-phase write|check STREAM_URI
 //
 // Prints `PASS NAME`, `FAIL NAME: why` or `SKIP NAME: why` per case (cases.go) and
 // `stream-go: N passed, M failed, K skipped` last; exits 1 on a failure. Every stream it
-// creates is named stream-go-<pid>-<case> and deleted afterwards.
+// creates is named stream-go-<pid>-<case> and deleted afterwards. With --restart-phase it
+// runs one half of the restart check instead (restart.go).
 package main
 
 import (
@@ -52,13 +54,25 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Warn(string, ...any)  {}
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: stream-go STREAM_URI [HTTP_URL]")
+	args := os.Args[1:]
+	selected := cases()
+	if len(args) >= 2 && args[0] == "--restart-phase" {
+		phase, ok := map[string]int{"write": 0, "check": 1}[args[1]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "stream-go: --restart-phase %q: write or check\n", args[1])
+			os.Exit(2)
+		}
+		selected = restartPhases()[phase : phase+1]
+		args = args[2:]
+	}
+	if len(args) < 1 {
+		fmt.Fprintln(os.Stderr, "usage: stream-go [--restart-phase write|check] STREAM_URI"+
+			" [HTTP_URL]")
 		os.Exit(2)
 	}
-	streamURI = os.Args[1]
-	if len(os.Args) > 2 {
-		httpURL = os.Args[2]
+	streamURI = args[0]
+	if len(args) > 1 {
+		httpURL = args[1]
 	}
 	prefix = fmt.Sprintf("stream-go-%d-", os.Getpid())
 	logs.SetLogger(quietLogger{})
@@ -70,7 +84,7 @@ func main() {
 		os.Exit(1)
 	}
 	passed, failed, skipped := 0, 0, 0
-	for _, c := range cases() {
+	for _, c := range selected {
 		switch outcome := runCase(c); {
 		case outcome == nil:
 			passed++
