@@ -155,7 +155,7 @@ pub(crate) fn decode(frame: &Frame) -> Result<Option<SubscribeCommand>, DecodeEr
             stream: r.string("stream")?,
             offset: OffsetSpec::read(&mut r, command_name)?,
             credit: r.u16("credit")?,
-            properties: r.properties("properties")?,
+            properties: r.optional_properties("properties")?,
         },
         (key::CREDIT, false, _) => S::Credit {
             subscription_id: r.u8("subscription id")?,
@@ -188,7 +188,7 @@ pub(crate) fn decode(frame: &Frame) -> Result<Option<SubscribeCommand>, DecodeEr
             correlation_id: r.u32("correlation id")?,
             stream: r.string("stream")?,
             offset: OffsetSpec::read(&mut r, command_name)?,
-            properties: r.properties("properties")?,
+            properties: r.optional_properties("properties")?,
         },
         (key::RESOLVE_OFFSET_SPEC, true, _) => S::ResolveOffsetSpecResponse {
             correlation_id: r.u32("correlation id")?,

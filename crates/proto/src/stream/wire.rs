@@ -170,6 +170,19 @@ impl Reader {
         Ok(properties)
     }
 
+    /// A trailing key/value array that clients may leave out: RabbitMQ reads a missing one as
+    /// empty (`rabbit_stream_core:parse_properties(<<>>)`), and the Java and Go clients send
+    /// Subscribe without it for a consumer that has no name.
+    pub(crate) fn optional_properties(
+        &mut self,
+        field: &'static str,
+    ) -> Result<Properties, DecodeError> {
+        if self.remaining() == 0 {
+            return Ok(Vec::new());
+        }
+        self.properties(field)
+    }
+
     /// An array of strings.
     pub(crate) fn strings(&mut self, field: &'static str) -> Result<Vec<String>, DecodeError> {
         let count = self.count(field, 2)?;
