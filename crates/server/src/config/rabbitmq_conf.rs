@@ -44,6 +44,7 @@ const SAME_NAME: &[&str] = &[
     "max_incoming_window",
     "max_queue_credit",
     "delivery_hold_ms",
+    "stream_port",
     "node_name",
     "rabbitmq_version",
 ];
@@ -55,6 +56,7 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "queue_master_locator",
     "mqtt.",
     "stomp.",
+    // Those stream settings not read above (tcp_listen_options, ...).
     "stream.",
 ];
 
@@ -118,6 +120,9 @@ fn fold_listed(entry: &Entry<'_>, table: &mut Table) -> Result<Option<&'static s
     };
     if key == "listeners.tcp" || key.starts_with("listeners.tcp.") {
         return listeners("amqp_listeners", table);
+    }
+    if key == "stream.listeners.tcp" || key.starts_with("stream.listeners.tcp.") {
+        return listeners("stream_listeners", table);
     }
     if key == "listeners.ssl" || key.starts_with("listeners.ssl.") {
         return listeners("amqps_listeners", table);
@@ -255,6 +260,11 @@ fn translate(
         "management.tcp.ip" => renamed("management_ip"),
         "prometheus.tcp.ip" => renamed("prometheus_ip"),
         "ssl_cert_login_from" => renamed("ssl_cert_login_from"),
+        "stream.advertised_host" => renamed("stream_advertised_host"),
+        "stream.advertised_port" => renamed("stream_advertised_port"),
+        "stream.fsync" => renamed("stream_fsync"),
+        "stream.frame_max" => renamed("stream_frame_max"),
+        "stream.heartbeat" => renamed("stream_heartbeat"),
         "definitions.local.path" => renamed("load_definitions"),
         "definitions.import_backend" if value == "local_filesystem" => Ok(None),
         "definitions.import_backend" => Err(format!(
@@ -338,6 +348,7 @@ const STRINGS: &[&str] = &[
     "management_ip",
     "prometheus_ip",
     "ssl_cert_login_from",
+    "stream_advertised_host",
 ];
 
 /// An untyped value as RabbitMQ types it for `key`: a string for the names above, else as
