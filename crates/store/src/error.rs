@@ -46,6 +46,10 @@ pub enum StoreError {
     /// The store was closed (the broker is shutting down).
     #[error("the message store is closed (broker shutting down)")]
     Closed,
+    /// A call the stream log cannot serve as asked (an offset past its end, a compressed
+    /// sub-batch read record by record); the text names the thing and what to do instead.
+    #[error("{what}")]
+    Refused { what: String },
     /// A read named a segment that was deleted (every message in it was done with).
     #[error("segment {segment} of the message store is gone (its messages were all acked)")]
     Gone { segment: u32 },
@@ -69,6 +73,7 @@ impl From<StoreError> for io::Error {
             StoreError::ShortWrite { .. } => io::ErrorKind::WriteZero,
             StoreError::Corrupt { .. } => io::ErrorKind::InvalidData,
             StoreError::Gone { .. } => io::ErrorKind::NotFound,
+            StoreError::Refused { .. } => io::ErrorKind::InvalidInput,
             StoreError::Poisoned { .. } | StoreError::Closed => io::ErrorKind::Other,
         };
         io::Error::new(kind, error)

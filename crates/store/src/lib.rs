@@ -20,6 +20,7 @@ mod io;
 mod record;
 mod recovery;
 mod store;
+mod stream;
 
 pub use error::StoreError;
 #[cfg(any(test, feature = "testkit"))]
@@ -34,3 +35,7 @@ pub use record::{
 };
 pub use recovery::{Recovered, RecoveredMessage, RecoveredQueue};
 pub use store::{Store, StoreConfig, StoreStats};
+pub use stream::{
+    Appended, Chunk, Entry, LogReader, LogStats, LogView, ReadStart, Retention, StreamLog,
+    StreamLogConfig, StreamSync,
+};
