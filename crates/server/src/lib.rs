@@ -228,11 +228,11 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A bound listener: AMQP (with `tls`, AMQPS) or, with `stream`, the stream protocol's.
 pub(crate) struct AmqpListener {
-    socket: TcpListener,
-    addr: SocketAddr,
-    tls: Option<TlsAcceptor>,
+    pub(crate) socket: TcpListener,
+    pub(crate) addr: SocketAddr,
+    pub(crate) tls: Option<TlsAcceptor>,
     /// Whether it serves the stream protocol (port 5552) rather than AMQP.
-    stream: bool,
+    pub(crate) stream: bool,
 }
 
 /// Binds every AMQP listener the configuration names, plain then TLS.
