@@ -29,6 +29,7 @@ mod expiry;
 mod forward;
 pub mod queue_type;
 pub mod stats;
+pub mod stream;
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -228,6 +229,8 @@ struct HandleInner {
     pending: AtomicUsize,
     /// The queue's side of inline publishes, for queue types that offer them.
     inline: OnceLock<Weak<dyn InlinePublish>>,
+    /// A stream's handle for the stream protocol (set once, by the stream when it starts).
+    stream: OnceLock<stream::StreamHandle>,
 }
 
 /// A publish batch: the messages, the confirm ticket they hold and the publisher's tags
@@ -325,7 +328,19 @@ impl QueueHandle {
             stats: QueueStats::default(),
             pending: AtomicUsize::new(0),
             inline: OnceLock::new(),
+            stream: OnceLock::new(),
         }))
+    }
+
+    /// A stream's handle for the stream protocol; `None` for the other queue types.
+    pub fn stream(&self) -> Option<&stream::StreamHandle> {
+        self.0.stream.get()
+    }
+
+    /// Gives the queue its stream handle (set once, by the stream when it starts).
+    #[allow(dead_code)] // called by the stream writer task (next commit)
+    pub(crate) fn offer_stream(&self, handle: stream::StreamHandle) {
+        let _ = self.0.stream.set(handle);
     }
 
     /// Lets publishers run their publishes on their own task through `inline` while the

@@ -21,10 +21,11 @@ use crate::value::{Table, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueType {
     Classic,
+    Stream,
 }
 
 /// RabbitMQ's queue types that Warren does not implement yet.
-const NOT_YET: [&str; 2] = ["quorum", "stream"];
+const NOT_YET: [&str; 1] = ["quorum"];
 
 /// When a queue type lets a publish be confirmed (DESIGN.md, "Durability contract").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,12 +116,13 @@ const ALL_CONSUMER_ARGUMENTS: [&str; 5] = [
 
 impl QueueType {
     /// Every type Warren has.
-    pub const ALL: [QueueType; 1] = [QueueType::Classic];
+    pub const ALL: [QueueType; 2] = [QueueType::Classic, QueueType::Stream];
 
     /// The name RabbitMQ reports (`type` in the HTTP API, the AMQP 1.0 management node).
     pub fn name(self) -> &'static str {
         match self {
             QueueType::Classic => "classic",
+            QueueType::Stream => "stream",
         }
     }
 
@@ -128,6 +130,7 @@ impl QueueType {
     pub fn behaviour(self) -> &'static dyn Behaviour {
         match self {
             QueueType::Classic => &super::classic::CLASSIC,
+            QueueType::Stream => &super::stream::STREAM,
         }
     }
 
@@ -148,10 +151,11 @@ impl QueueType {
             Some(Value::Str(name)) => match name.as_str() {
                 // RabbitMQ accepts the module names too.
                 "classic" | "rabbit_classic_queue" => Ok(QueueType::Classic),
+                "stream" | "rabbit_stream_queue" => Ok(QueueType::Stream),
                 other if NOT_YET.contains(&other) => Err(invalid(format!(
                     "\"queue type '{other}' is not supported by Warren yet (only classic \
-                     queues are); declare the queue without x-queue-type or with \
-                     x-queue-type=classic\""
+                     queues and streams are); declare the queue without x-queue-type, or \
+                     with x-queue-type=classic or stream\""
                 ))),
                 other => Err(invalid(format!("\"unsupported queue type '{other}'\""))),
             },
