@@ -13,7 +13,7 @@ use stream_support::{client, options_as, stream_addr, RawStream};
 use warren_proto::stream::{response_code, AdminCommand, Command, ConnectionCommand};
 use warren_tests::{bounded, TestBroker};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_reports_rabbitmq_identity_and_the_listener_as_advertised_address() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -41,7 +41,7 @@ async fn open_reports_rabbitmq_identity_and_the_listener_as_advertised_address()
     bounded!(client.close()).unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_advertised_address_is_answered_in_open() {
     let broker = TestBroker::start_with(|config| {
         config.stream_advertised_host = Some("stream.example".into());
@@ -57,7 +57,7 @@ async fn configured_advertised_address_is_answered_in_open() {
     assert_eq!(connection.get("advertised_port").unwrap(), "5999");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_or_an_unknown_vhost_is_refused() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -89,7 +89,7 @@ async fn a_wrong_password_or_an_unknown_vhost_is_refused() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_answers_a_missing_stream_with_its_code() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -121,7 +121,7 @@ async fn metadata_answers_a_missing_stream_with_its_code() {
     assert_eq!(streams[0].leader, u16::MAX);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn super_stream_commands_are_refused_not_accepted() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -144,7 +144,7 @@ async fn super_stream_commands_are_refused_not_accepted() {
     bounded!(client.metadata(vec!["orders".into()])).unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_command_closes_with_unknown_frame() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -158,7 +158,7 @@ async fn an_unknown_command_closes_with_unknown_frame() {
     assert_eq!(close.map(|c| c.0), Some(response_code::UNKNOWN_FRAME));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_command_closes_with_unknown_frame() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -174,7 +174,7 @@ async fn a_truncated_command_closes_with_unknown_frame() {
     assert!(reason.unwrap_or_default().contains("truncated"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_above_frame_max_closes_with_frame_too_large() {
     let broker = TestBroker::start_with(|config| config.stream_frame_max = 8192).await;
     if broker.skip_if_external("configures the in-process broker") {
@@ -187,7 +187,7 @@ async fn a_frame_above_frame_max_closes_with_frame_too_large() {
     assert_eq!(close.map(|c| c.0), Some(response_code::FRAME_TOO_LARGE));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_before_the_handshake_closes_the_socket() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -198,7 +198,7 @@ async fn garbage_before_the_handshake_closes_the_socket() {
     assert_eq!(raw.closed(Duration::from_secs(5)).await, None);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_go_both_ways_and_a_silent_client_is_dropped() {
     let broker = TestBroker::start().await;
     if broker.skip_if_external("reads the in-process broker's stream port") {
@@ -216,7 +216,7 @@ async fn heartbeats_go_both_ways_and_a_silent_client_is_dropped() {
     assert!(started.elapsed() < Duration::from_secs(8));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listener_can_be_turned_off() {
     let broker = TestBroker::start_with(|config| config.stream_listeners = Some(Vec::new())).await;
     if broker.skip_if_external("configures the in-process broker") {
