@@ -569,4 +569,32 @@ server_properties.team = queues
         let error = parse("heartbeat\n").unwrap_err();
         assert!(error.contains("line 1"), "{error}");
     }
+
+    #[test]
+    fn stream_keys_fill_the_stream_settings() {
+        let config = parse(
+            "stream.listeners.tcp.default = 127.0.0.1:5553\nstream.advertised_host = \
+             streams.example\nstream.advertised_port = 5999\nstream.fsync = true\n\
+             stream.frame_max = 2097152\nstream.heartbeat = 20\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.stream_addrs().unwrap(),
+            ["127.0.0.1:5553".parse().unwrap()]
+        );
+        assert_eq!(
+            config.stream_advertised_host.as_deref(),
+            Some("streams.example")
+        );
+        assert_eq!(config.stream_advertised_port, Some(5999));
+        assert!(config.stream_fsync);
+        assert_eq!(
+            (config.stream_frame_max, config.stream_heartbeat),
+            (2_097_152, 20)
+        );
+        let none = parse("stream.listeners.tcp = none\n").unwrap();
+        assert!(none.stream_addrs().unwrap().is_empty());
+        let error = parse("stream.tcp_listen_options.backlog = 10\n").unwrap_err();
+        assert!(error.contains("stream."), "{error}");
+    }
 }
