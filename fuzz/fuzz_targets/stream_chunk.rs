@@ -33,7 +33,9 @@ fuzz_target!(|data: &[u8]| {
 /// Decodes the input as one chunk, header fields from its first bytes.
 fn records_of(bytes: &[u8]) {
     let field = |at: usize, len: usize| {
-        bytes.get(at..at + len).map_or(0, |b| b.iter().fold(0u64, |n, x| n << 8 | u64::from(*x)))
+        bytes
+            .get(at..at + len)
+            .map_or(0, |b| b.iter().fold(0u64, |n, x| n << 8 | u64::from(*x)))
     };
     let chunk = Chunk {
         first_offset: field(24, 8),
@@ -63,7 +65,8 @@ fn open_and_read(segment: &[u8], index: Option<&[u8]>) {
     if let Some(index) = index {
         files.push((dir.join("00000000000000000000.index"), index));
     }
-    io.create_dir_all(dir).expect("the in-memory disk creates directories");
+    io.create_dir_all(dir)
+        .expect("the in-memory disk creates directories");
     for (path, bytes) in files {
         let file = io.create(&path).expect("the in-memory disk creates files");
         write_all_at(&*file, b"OSIL\0\0\0\x01", 0).expect("the in-memory disk takes writes");
@@ -80,11 +83,17 @@ fn open_and_read(segment: &[u8], index: Option<&[u8]>) {
         return;
     };
     let view = log.view();
-    let mut reader = view.reader(ReadStart::First).expect("the in-memory disk reads");
+    let mut reader = view
+        .reader(ReadStart::First)
+        .expect("the in-memory disk reads");
     while let Ok(Some(chunk)) = reader.next_chunk() {
         let bloom = usize::from(chunk.bytes[44]);
         let crc = u32::from_be_bytes(chunk.bytes[32..36].try_into().expect("4 bytes"));
-        assert_eq!(crc32(&chunk.bytes[48 + bloom..]), crc, "a served chunk passes its CRC");
+        assert_eq!(
+            crc32(&chunk.bytes[48 + bloom..]),
+            crc,
+            "a served chunk passes its CRC"
+        );
         for record in chunk.records() {
             if record.is_err() {
                 break;
@@ -93,7 +102,9 @@ fn open_and_read(segment: &[u8], index: Option<&[u8]>) {
     }
     let next = view.next_offset();
     let entries = [Entry::Simple(Bytes::from_static(b"after"))];
-    let appended = log.append(&entries, 0, &[], Box::new(|_| {})).expect("the log goes on");
+    let appended = log
+        .append(&entries, 0, &[], Box::new(|_| {}))
+        .expect("the log goes on");
     assert_eq!(appended.first_offset, next);
 }
 
@@ -103,7 +114,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     for byte in bytes {
         crc ^= u32::from(*byte);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

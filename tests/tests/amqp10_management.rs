@@ -161,7 +161,7 @@ async fn queue_types_warren_lacks_are_refused_and_classic_is_reported() {
     let broker = TestBroker::start().await;
     let (_connection, mut session) = broker.amqp10().await;
     let mut management = Management::attach(&mut session).await;
-    for kind in ["quorum", "stream"] {
+    for kind in ["quorum"] {
         let queue = unique("mq-typed");
         let arguments = map(vec![("x-queue-type", Value::String(kind.into()))]);
         let body = map(vec![
@@ -201,4 +201,20 @@ async fn queue_types_warren_lacks_are_refused_and_classic_is_reported() {
     assert_eq!(get("type"), Some(Value::String("classic".into())));
     let node = broker.identity().expect("in-process").node_name.clone();
     assert_eq!(get("leader"), Some(Value::String(node)));
+    // A stream is declared through the management node too, and reported as one.
+    let stream = unique("mq-stream");
+    let arguments = map(vec![("x-queue-type", Value::String("stream".into()))]);
+    let body = map(vec![
+        ("durable", Value::Bool(true)),
+        ("arguments", arguments),
+    ]);
+    let (status, info) = management
+        .request("PUT", &format!("/queues/{stream}"), body)
+        .await;
+    assert_eq!(status, "200", "{info:?}");
+    let Value::Map(info) = info else {
+        panic!("queue info is a map: {info:?}")
+    };
+    let kind = info.get(&Value::String("type".into())).cloned();
+    assert_eq!(kind, Some(Value::String("stream".into())));
 }

@@ -314,12 +314,12 @@ async fn exchange_to_exchange_bindings_and_refused_queue_types() {
     let (status, _) = api.send(Method::DELETE, &format!("{e2e}/k"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    let stream = json!({"durable": true, "arguments": {"x-queue-type": "stream"}});
+    let quorum = json!({"durable": true, "arguments": {"x-queue-type": "quorum"}});
     let (status, error) = api
         .send(
             Method::PUT,
             &format!("/api/queues/%2F/{}", unique("s")),
-            Some(stream),
+            Some(quorum),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

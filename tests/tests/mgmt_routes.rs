@@ -66,18 +66,13 @@ async fn every_path_also_answers_with_a_trailing_slash() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queue_types_other_than_classic_are_refused_with_rabbitmq_text() {
+async fn queue_types_warren_lacks_are_refused_with_rabbitmq_text() {
     let broker = TestBroker::start().await;
     let api = Api::new(&broker);
     let refused = [
         (
             json!({"arguments": {"x-queue-type": "quorum"}}),
             "quorum",
-            "is not supported by Warren yet",
-        ),
-        (
-            json!({"queue_type": "stream", "durable": true}),
-            "stream",
             "is not supported by Warren yet",
         ),
         (
@@ -117,6 +112,11 @@ async fn queue_types_other_than_classic_are_refused_with_rabbitmq_text() {
         .await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(api.get_any(&classic).await["type"], "classic");
+    let stream = format!("/api/queues/%2F/{}", unique("stream"));
+    let body = json!({"queue_type": "stream", "durable": true});
+    let (status, _) = api.send_any(Method::PUT, &stream, Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(api.get_any(&stream).await["type"], "stream");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

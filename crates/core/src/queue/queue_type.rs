@@ -153,9 +153,8 @@ impl QueueType {
                 "classic" | "rabbit_classic_queue" => Ok(QueueType::Classic),
                 "stream" | "rabbit_stream_queue" => Ok(QueueType::Stream),
                 other if NOT_YET.contains(&other) => Err(invalid(format!(
-                    "\"queue type '{other}' is not supported by Warren yet (only classic \
-                     queues and streams are); declare the queue without x-queue-type, or \
-                     with x-queue-type=classic or stream\""
+                    "\"queue type '{other}' is not supported by Warren yet (only classic and \
+                     stream are); declare it with x-queue-type classic or stream\""
                 ))),
                 other => Err(invalid(format!("\"unsupported queue type '{other}'\""))),
             },

@@ -236,6 +236,16 @@ impl<'a> Records<'a> {
         Some(slice)
     }
 
+    /// The record at the current offset; an offset past `u64::MAX` is corrupt.
+    fn yield_record(&mut self, record: Bytes) -> Option<Result<(u64, Bytes), StoreError>> {
+        let offset = self.offset;
+        let Some(next) = offset.checked_add(1).filter(|next| *next < u64::MAX) else {
+            return self.corrupt("the chunk's offsets run past 2^64".to_owned());
+        };
+        self.offset = next;
+        Some(Ok((offset, record)))
+    }
+
     fn next_in_batch(&mut self) -> Option<Result<(u64, Bytes), StoreError>> {
         let Some(size) = self.bytes.get(self.at..self.at + 4) else {
             return self.corrupt("sub-batch record size runs past the chunk".to_owned());
@@ -254,9 +264,7 @@ impl<'a> Records<'a> {
         if self.batch_left == 0 {
             self.at = self.batch_end;
         }
-        let offset = self.offset;
-        self.offset += 1;
-        Some(Ok((offset, record)))
+        self.yield_record(record)
     }
 
     fn next_entry(&mut self) -> Option<Result<(u64, Bytes), StoreError>> {
@@ -273,9 +281,7 @@ impl<'a> Records<'a> {
             let Some(record) = self.take(size, self.end) else {
                 return self.corrupt(format!("simple entry of {size} bytes runs past the data"));
             };
-            let offset = self.offset;
-            self.offset += 1;
-            return Some(Ok((offset, record)));
+            return self.yield_record(record);
         }
         let Some(header) = self.bytes.get(self.at..self.at + SUB_BATCH_HEADER_BYTES) else {
             return self.corrupt("sub-batch header runs past the chunk".to_owned());

@@ -11,7 +11,7 @@ use super::chunk::{CHUNK_TRACKING_SNAPSHOT, CHUNK_USER};
 use super::log::StreamLog;
 use super::recovery::{self, create_segment, recover_tracking, truncate_index};
 use super::segment::Segment;
-use super::view::NONE;
+use super::view::{NONE, TRUNCATIONS_KEPT};
 use super::Entry;
 use crate::error::StoreError;
 
@@ -60,14 +60,24 @@ impl StreamLog {
                 self.config.dir.display()
             );
         }
-        if snapshot && !self.tracking.is_empty() {
-            let mut body = Vec::new();
-            self.tracking.encode_snapshot(&mut body);
-            let entries = [Entry::Simple(Bytes::from(body))];
-            let record = self.write_chunk(CHUNK_TRACKING_SNAPSHOT, &entries, timestamp_ms, &[])?;
-            self.publish(&record);
-            self.mark_dirty(&record);
+        if snapshot {
+            self.write_snapshot(timestamp_ms)?;
         }
+        Ok(())
+    }
+
+    /// Writes a tracking snapshot chunk (the whole tracking state) when there is state.
+    pub(crate) fn write_snapshot(&mut self, timestamp_ms: i64) -> Result<(), StoreError> {
+        self.chunks_since_snapshot = 0;
+        if self.tracking.is_empty() {
+            return Ok(());
+        }
+        let mut body = Vec::new();
+        self.tracking.encode_snapshot(&mut body);
+        let entries = [Entry::Simple(Bytes::from(body))];
+        let record = self.write_chunk(CHUNK_TRACKING_SNAPSHOT, &entries, timestamp_ms, &[])?;
+        self.publish(&record);
+        self.mark_dirty(&record);
         Ok(())
     }
 
@@ -233,7 +243,12 @@ impl StreamLog {
         self.shared
             .next_offset
             .store(next_offset, Ordering::Release);
-        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        let mut truncations = self.shared.truncations.lock();
+        let generation = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        if truncations.len() == TRUNCATIONS_KEPT {
+            truncations.remove(0);
+        }
+        truncations.push((generation, next_offset));
         Ok(())
     }
 }

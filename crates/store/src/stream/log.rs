@@ -41,7 +41,16 @@ pub struct StreamLog {
     /// The first failed write: the segment may end in a partial chunk, so nothing more is
     /// written until the log is opened again (recovery cuts it).
     poisoned: Option<String>,
+    /// Chunks written since the last tracking snapshot, and how many call for one
+    /// ([`SNAPSHOT_INTERVAL_CHUNKS`]; tests set fewer).
+    pub(crate) chunks_since_snapshot: u32,
+    pub(crate) snapshot_interval_chunks: u32,
 }
+
+/// A tracking snapshot chunk follows every this many chunks (when there is tracking state),
+/// besides the one each segment starts with: open then reads the trailers of at most this
+/// many chunks after the last snapshot, not of a whole segment (256,000 chunks).
+pub(crate) const SNAPSHOT_INTERVAL_CHUNKS: u32 = 4096;
 
 impl StreamLog {
     /// Opens (creating when missing) and recovers: a torn or CRC-failing tail is cut, never
@@ -51,7 +60,17 @@ impl StreamLog {
         config: StreamLogConfig,
         sync: StreamSync,
     ) -> Result<StreamLog, StoreError> {
-        let recovered = recovery::recover(io.as_ref(), &config.dir)?;
+        StreamLog::open_checking(io, config, sync, recovery::TAIL_CHECK_BYTES)
+    }
+
+    /// [`StreamLog::open`], checking the last `tail_check_bytes` of the active segment.
+    pub(crate) fn open_checking(
+        io: Arc<dyn Io>,
+        config: StreamLogConfig,
+        sync: StreamSync,
+        tail_check_bytes: u64,
+    ) -> Result<StreamLog, StoreError> {
+        let recovered = recovery::recover(io.as_ref(), &config.dir, tail_check_bytes)?;
         let first_offset = recovered.segments[0].first_offset;
         let active = recovered
             .segments
@@ -65,6 +84,7 @@ impl StreamLog {
             last_chunk: recovered.last_chunk.unwrap_or(NONE).into(),
             chunks: recovered.chunks.into(),
             generation: 0.into(),
+            truncations: parking_lot::Mutex::new(Vec::new()),
         });
         tracing::debug!(
             "stream log {}: open, offsets {first_offset}..{}",
@@ -82,6 +102,8 @@ impl StreamLog {
             scratch: Vec::new(),
             trailer: Vec::new(),
             poisoned: None,
+            chunks_since_snapshot: 0,
+            snapshot_interval_chunks: SNAPSHOT_INTERVAL_CHUNKS,
         })
     }
 
@@ -100,6 +122,14 @@ impl StreamLog {
         match self.append_user(entries, timestamp_ms, writers) {
             Ok((appended, record)) => {
                 self.durable(&record, on_durable);
+                self.chunks_since_snapshot += 1;
+                if self.chunks_since_snapshot >= self.snapshot_interval_chunks {
+                    // The chunk is written and published: a failure here poisons the log for
+                    // the next call, it does not undo this one.
+                    if let Err(error) = self.write_snapshot(timestamp_ms) {
+                        tracing::warn!("stream log: tracking snapshot: {error}");
+                    }
+                }
                 Ok(appended)
             }
             Err(error) => {

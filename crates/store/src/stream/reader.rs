@@ -50,6 +50,16 @@ impl LogReader {
     /// protocol Deliver frame. `None` when caught up. A reader behind the log's first offset
     /// (retention) moves to the first chunk. Tracking chunks are skipped.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>, StoreError> {
+        // Chunks went away (retention, truncation): find the position again first, it may be
+        // behind the first offset or past a truncated end.
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            if let Some(end) = self.shared.cut_since(self.generation) {
+                self.position = self.position.min(end);
+            }
+            self.generation = generation;
+            self.locate()?;
+        }
         loop {
             let committed = self.shared.next_offset.load(Ordering::Acquire);
             if self.position >= committed {
@@ -76,9 +86,7 @@ impl LogReader {
 
     /// The index record of the next chunk, moving to the next segment at the end of one.
     fn next_record(&mut self) -> Result<Option<IndexRecord>, StoreError> {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        if self.segment.is_none() || generation != self.generation {
-            self.generation = generation;
+        if self.segment.is_none() {
             self.locate()?;
         }
         loop {

@@ -20,12 +20,9 @@ use crate::error::StoreError;
 use crate::io::{read_exact_at, write_all_at, Io, LogFile};
 
 /// The active segment's tail that open checks chunk by chunk: what a crash can have torn
-/// (at least the last chunk is always checked).
-#[cfg(not(test))]
-const TAIL_CHECK_BYTES: u64 = 16 << 20;
-/// Small in tests, so that they open segments whose head is trusted and tail checked.
-#[cfg(test)]
-const TAIL_CHECK_BYTES: u64 = 64;
+/// (at least the last chunk is always checked). Tests pass a smaller one, so that they open
+/// segments whose head is trusted and whose tail is checked.
+pub(crate) const TAIL_CHECK_BYTES: u64 = 16 << 20;
 
 /// What open found.
 pub(crate) struct Recovered {
@@ -37,12 +34,23 @@ pub(crate) struct Recovered {
     pub tracking: Tracking,
 }
 
-pub(crate) fn recover(io: &dyn Io, dir: &Path) -> Result<Recovered, StoreError> {
+pub(crate) fn recover(
+    io: &dyn Io,
+    dir: &Path,
+    tail_check_bytes: u64,
+) -> Result<Recovered, StoreError> {
     io.create_dir_all(dir)
         .map_err(|error| StoreError::io("create the stream directory", dir, error))?;
     let mut offsets = segment_offsets(io, dir)?;
     if offsets.is_empty() {
         let segment = create_segment(io, dir, 0)?;
+        // A new stream: its directory and first files must survive a power loss before any
+        // chunk in them is confirmed as durable.
+        let parent = dir.parent().filter(|parent| !parent.as_os_str().is_empty());
+        for synced in [Some(dir), parent].into_iter().flatten() {
+            io.sync_dir(synced)
+                .map_err(|error| StoreError::io("fsync", synced, error))?;
+        }
         return Ok(Recovered {
             segments: vec![Arc::new(segment)],
             next_offset: 0,
@@ -56,13 +64,13 @@ pub(crate) fn recover(io: &dyn Io, dir: &Path) -> Result<Recovered, StoreError> 
     for first_offset in offsets {
         segments.push(open_sealed(io, dir, first_offset)?);
     }
-    let active = open_active(io, dir, last)?;
+    let active = open_active(io, dir, last, tail_check_bytes)?;
     // An active segment with no whole chunk (a crash right after a roll) goes: the tracking
     // snapshot it should start with is in the one before.
     let active = if active.count() == 0 && !segments.is_empty() {
         remove_segment(io, dir, &active)?;
         let previous = segments.pop().expect("invariant: not empty");
-        open_active(io, dir, previous.first_offset)?
+        open_active(io, dir, previous.first_offset, tail_check_bytes)?
     } else {
         active
     };
@@ -231,7 +239,12 @@ fn open_sealed(io: &dyn Io, dir: &Path, first_offset: u64) -> Result<Arc<Segment
 }
 
 /// The active segment, its tail checked and cut at the first bad chunk.
-fn open_active(io: &dyn Io, dir: &Path, first_offset: u64) -> Result<Segment, StoreError> {
+fn open_active(
+    io: &dyn Io,
+    dir: &Path,
+    first_offset: u64,
+    tail_check_bytes: u64,
+) -> Result<Segment, StoreError> {
     let path = file_path(dir, first_offset, "segment");
     let (file, mut len) = open_file(io, &path)?;
     let mut header = [0u8; FILE_HEADER_BYTES as usize];
@@ -253,8 +266,8 @@ fn open_active(io: &dyn Io, dir: &Path, first_offset: u64) -> Result<Segment, St
     // Records that do not follow on from the one before (a torn or zeroed index tail) go
     // before the binary search below, which needs them in order.
     let count = chained_records(&segment, len)?;
-    // The tail to check: the chunks in its last TAIL_CHECK_BYTES, and at least the last one.
-    let from = segment.partition_point(|record| record.position + TAIL_CHECK_BYTES < len)?;
+    // The tail to check: the chunks in its last tail_check_bytes, and at least the last one.
+    let from = segment.partition_point(|record| record.position + tail_check_bytes < len)?;
     let from = from.min(count.saturating_sub(1));
     scan_tail(&segment, len, from)?;
     Ok(segment)
@@ -414,14 +427,19 @@ pub(crate) fn remove_segment(io: &dyn Io, dir: &Path, segment: &Segment) -> Resu
     Ok(())
 }
 
-/// The tracking state as of the end of `segment` (the active one): its snapshot chunk, the
-/// trailers of its user chunks and its delta chunks, in order.
+/// The tracking state as of the end of `segment` (the active one): its last snapshot chunk,
+/// then the trailers of the user chunks and the delta chunks after it, in order.
 pub(crate) fn recover_tracking(segment: &Segment) -> Result<Tracking, StoreError> {
     let mut tracking = Tracking::default();
     let mut records = Vec::new();
     segment.read_records(0, segment.count(), &mut records)?;
+    // A snapshot holds the whole state: start at the last one.
+    let from = records
+        .iter()
+        .rposition(|record| record.chunk_type == CHUNK_TRACKING_SNAPSHOT)
+        .unwrap_or(0);
     let mut trailer = Vec::new();
-    for record in &records {
+    for record in &records[from..] {
         let applied = match record.chunk_type {
             CHUNK_USER if record.trailer == 0 => Ok(()),
             CHUNK_USER => {

@@ -195,7 +195,9 @@ impl Segment {
             return Ok(());
         }
         if let Some(records) = self.memory.read().as_ref() {
-            out.extend_from_slice(&records[from..until.min(records.len())]);
+            // `count` was read before the lock: a truncation may have shortened the records.
+            let until = until.min(records.len());
+            out.extend_from_slice(records.get(from..until).unwrap_or_default());
             return Ok(());
         }
         let mut bytes = vec![0u8; (until - from) * RECORD_BYTES];

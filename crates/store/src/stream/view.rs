@@ -28,9 +28,29 @@ pub(crate) struct Shared {
     pub chunks: AtomicU64,
     /// Bumped when chunks go away (retention, truncation): readers look themselves up again.
     pub generation: AtomicU64,
+    /// The last truncations: (generation they made, the end they cut to), oldest first, at
+    /// most [`TRUNCATIONS_KEPT`]. A reader that was past a cut goes back to it.
+    pub truncations: parking_lot::Mutex<Vec<(u64, u64)>>,
 }
 
+pub(crate) const TRUNCATIONS_KEPT: usize = 16;
+
 impl Shared {
+    /// The lowest end a truncation cut the log to after generation `seen` (the lowest kept,
+    /// if more truncations came than are kept).
+    pub fn cut_since(&self, seen: u64) -> Option<u64> {
+        let truncations = self.truncations.lock();
+        let lost = truncations.len() == TRUNCATIONS_KEPT
+            && truncations
+                .first()
+                .is_some_and(|(generation, _)| *generation > seen + 1);
+        truncations
+            .iter()
+            .filter(|(generation, _)| lost || *generation > seen)
+            .map(|(_, end)| *end)
+            .min()
+    }
+
     pub fn segments(&self) -> Vec<Arc<Segment>> {
         self.segments.read().clone()
     }

@@ -5,6 +5,7 @@
 //! it publishes the committed end, which stream-protocol readers wait on, and delivers to its
 //! AMQP consumers. Retention runs after a segment rolls and on a timer.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +51,8 @@ pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
         tracing::error!("{}: this broker has no stream storage", def.resource());
         return handle;
     };
-    let log = match open_log(&def, &storage, &args, setup.restart) {
+    let dir = storage.root.join(dir_name(&def.vhost, &def.name));
+    let log = match open_log(&dir, &storage, &args, setup.restart) {
         Ok(log) => log,
         Err(error) => {
             tracing::error!("{} cannot be served: {error}", def.resource());
@@ -69,6 +71,7 @@ pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
     let writer = Writer {
         queue: handle.clone(),
         log,
+        dir,
         encoding: storage.encoding.clone(),
         committed: committed_tx,
         readers: Readers::default(),
@@ -97,19 +100,18 @@ pub fn dir_name(vhost: &str, name: &str) -> String {
 }
 
 fn open_log(
-    def: &QueueDef,
+    dir: &Path,
     storage: &StreamStorage,
     args: &QueueArgs,
     restart: bool,
 ) -> Result<StreamLog, String> {
-    let dir = storage.root.join(dir_name(&def.vhost, &def.name));
     if !restart && dir.exists() {
         // A new stream starts empty: what a deletion interrupted by a crash left goes.
-        std::fs::remove_dir_all(&dir)
+        std::fs::remove_dir_all(dir)
             .map_err(|error| format!("cannot clear {}: {error}", dir.display()))?;
     }
     let config = StreamLogConfig {
-        dir,
+        dir: dir.to_path_buf(),
         segment_bytes_max: args.segment_bytes_max.unwrap_or(SEGMENT_BYTES_MAX_DEFAULT),
         segment_chunks_max: SEGMENT_CHUNKS_MAX,
         retention: retention(args),
@@ -135,6 +137,8 @@ struct Mailboxes {
 struct Writer {
     queue: QueueHandle,
     log: StreamLog,
+    /// The log's directory, removed with the stream.
+    dir: PathBuf,
     encoding: Arc<dyn StreamEncoding>,
     committed: watch::Sender<u64>,
     readers: Readers,
@@ -394,8 +398,16 @@ impl Writer {
         drop(mailboxes);
         let resource = self.queue.def().resource();
         let reply = self.deleting.take();
-        if let Err(error) = self.log.delete() {
-            tracing::warn!("{resource}: deleted, but its files could not all be removed: {error}");
+        let removed = self
+            .log
+            .delete()
+            .map_err(|error| error.to_string())
+            .and_then(|()| std::fs::remove_dir_all(&self.dir).map_err(|e| e.to_string()));
+        if let Err(error) = removed {
+            tracing::warn!(
+                "{resource}: deleted, but its files in {} could not all be removed: {error}",
+                self.dir.display()
+            );
         }
         drop(self.committed);
         if let Some(reply) = reply {
@@ -419,3 +431,7 @@ impl Writer {
         });
     }
 }
+
+#[cfg(test)]
+#[path = "driver_test.rs"]
+mod tests;
