@@ -271,6 +271,12 @@ impl Connection {
     /// publishes decoded to its stream. A Publish during an alarm stops decoding after it.
     async fn on_read(&mut self) -> Result<(), Fault> {
         let alarm = !self.alarms.borrow_and_update().is_empty();
+        if alarm && !self.publishers.is_empty() {
+            // As RabbitMQ: a connection with publishers stops reading during an alarm; what
+            // it read stays buffered until the alarms clear.
+            self.block();
+            return Ok(());
+        }
         let outcome = loop {
             let frame = match decode_frame(self.rbuf.bytes(), self.frame_max) {
                 Ok(Some(frame)) => frame,
@@ -290,13 +296,17 @@ impl Connection {
                 break Err(fault);
             }
             if publish && alarm && !self.publishers.is_empty() {
-                self.blocked = true;
-                tracing::debug!(connection = self.id, peer = %self.peer, "stream connection blocked");
+                self.block();
                 break Ok(());
             }
         };
         self.hand_over_pending().await?;
         outcome
+    }
+
+    fn block(&mut self) {
+        self.blocked = true;
+        tracing::debug!(connection = self.id, peer = %self.peer, "stream connection blocked");
     }
 
     /// The resource alarms in effect now.
