@@ -20,6 +20,10 @@ pub use warren_mgmt::tls::{TlsOptions, Verify};
 /// The longest `delivery_hold_ms` accepted.
 const DELIVERY_HOLD_MS_MAX: u64 = 1000;
 
+/// The smallest `stream_frame_max` accepted: the connection's own frames (peer properties,
+/// metadata) must fit.
+const STREAM_FRAME_MAX_MIN: u32 = 4096;
+
 /// Everything the broker needs to start. `Default` is the embedded configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -123,6 +127,25 @@ pub struct Config {
     pub management_ssl: Option<HttpsConfig>,
     /// Prometheus over HTTPS (`prometheus.ssl.*`).
     pub prometheus_ssl: Option<HttpsConfig>,
+    /// Stream protocol port when `stream_listeners` is unset (RabbitMQ's 5552); 0 picks a free
+    /// port (tests).
+    pub stream_port: u16,
+    /// Stream protocol listeners (RabbitMQ's `stream.listeners.tcp.*`), in the forms of
+    /// `amqp_listeners`. Unset: one on `bind_address` and `stream_port`; empty: none.
+    pub stream_listeners: Option<Vec<String>>,
+    /// The host stream clients are told to connect to, in Open's connection properties and in
+    /// Metadata (`stream.advertised_host`); unset: the address the client connected to.
+    pub stream_advertised_host: Option<String>,
+    /// The port stream clients are told to connect to (`stream.advertised_port`); unset: the
+    /// port the client connected to.
+    pub stream_advertised_port: Option<u16>,
+    /// Whether a stream publish is confirmed only once fsynced (Warren's `stream.fsync`);
+    /// false (the default, as RabbitMQ) confirms once written to the file system.
+    pub stream_fsync: bool,
+    /// Largest stream protocol frame, proposed in Tune (`stream.frame_max`, bytes).
+    pub stream_frame_max: u32,
+    /// Stream protocol heartbeat proposed in Tune (`stream.heartbeat`, seconds; 0 disables).
+    pub stream_heartbeat: u32,
 }
 
 /// RabbitMQ's `ssl_cert_login_from`.
@@ -209,6 +232,13 @@ impl Default for Config {
             prometheus_ip: None,
             management_ssl: None,
             prometheus_ssl: None,
+            stream_port: 5552,
+            stream_listeners: None,
+            stream_advertised_host: None,
+            stream_advertised_port: None,
+            stream_fsync: false,
+            stream_frame_max: 1_048_576,
+            stream_heartbeat: 60,
         }
     }
 }
@@ -293,6 +323,14 @@ impl Config {
         }
     }
 
+    /// The stream protocol listeners' addresses.
+    pub fn stream_addrs(&self) -> Result<Vec<SocketAddr>, String> {
+        match &self.stream_listeners {
+            None => Ok(vec![SocketAddr::new(self.bind_address, self.stream_port)]),
+            Some(listeners) => self.listener_addrs("stream_listeners", listeners),
+        }
+    }
+
     /// The AMQPS listeners' addresses.
     pub fn amqps_addrs(&self) -> Result<Vec<SocketAddr>, String> {
         self.listener_addrs("amqps_listeners", &self.amqps_listeners)
@@ -339,6 +377,13 @@ impl Config {
         }
         self.amqp_addrs()?;
         self.amqps_addrs()?;
+        self.stream_addrs()?;
+        if self.stream_frame_max != 0 && self.stream_frame_max < STREAM_FRAME_MAX_MIN {
+            return Err(format!(
+                "stream_frame_max = {} is below the minimum of {STREAM_FRAME_MAX_MIN} bytes",
+                self.stream_frame_max
+            ));
+        }
         if self.delivery_hold_ms > DELIVERY_HOLD_MS_MAX {
             return Err(format!(
                 "delivery_hold_ms = {} is above {DELIVERY_HOLD_MS_MAX}: consumers would wait that \

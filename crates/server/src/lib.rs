@@ -8,6 +8,7 @@ pub mod log_writer;
 pub mod resource_monitor;
 mod sasl;
 pub mod socket;
+pub mod stream;
 pub mod stream_encoding;
 
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ pub struct RunningBroker {
     broker: Arc<Broker>,
     amqp_addrs: Vec<SocketAddr>,
     amqps_addrs: Vec<SocketAddr>,
+    stream_addrs: Vec<SocketAddr>,
     shutdown_tx: watch::Sender<bool>,
     acceptors: Vec<tokio::task::JoinHandle<()>>,
     monitor: tokio::task::JoinHandle<()>,
@@ -70,6 +72,11 @@ impl RunningBroker {
     /// Every AMQPS (TLS) listener's address.
     pub fn amqps_addrs(&self) -> &[SocketAddr] {
         &self.amqps_addrs
+    }
+
+    /// Every stream protocol listener's address (none when the stream listener is off).
+    pub fn stream_addrs(&self) -> &[SocketAddr] {
+        &self.stream_addrs
     }
 
     /// The management HTTP API's address, when it is on.
@@ -113,7 +120,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
         queue_credit: config.credit_flow_default_credit,
-        stream_fsync: false,
+        stream_fsync: config.stream_fsync,
         stream_encoding: Some(std::sync::Arc::new(stream_encoding::Amqp10StreamEncoding)),
     };
     let broker = Broker::open(&config.data_dir, &bootstrap, storage)
@@ -135,6 +142,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
     let mgmt_config = mgmt_config(&config, &listeners)?;
+    let stream_listeners = stream::bind(&config)?;
     let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;
     let shared = Arc::new(connection::Shared {
         broker: broker.clone(),
@@ -152,10 +160,16 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         addrs.push(listener.addr);
         acceptors.push(tokio::spawn(accept_loop(listener, shared.clone())));
     }
+    let mut stream_addrs = Vec::new();
+    for listener in stream_listeners {
+        stream_addrs.push(listener.addr);
+        acceptors.push(tokio::spawn(accept_loop(listener, shared.clone())));
+    }
     Ok(RunningBroker {
         broker,
         amqp_addrs,
         amqps_addrs,
+        stream_addrs,
         shutdown_tx,
         acceptors,
         monitor,
@@ -215,11 +229,13 @@ fn mgmt_config(
 /// handshake: the protocol header, authentication and open.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A bound AMQP listener; with `tls`, an AMQPS one.
-struct AmqpListener {
-    socket: TcpListener,
-    addr: SocketAddr,
-    tls: Option<TlsAcceptor>,
+/// A bound listener: AMQP (with `tls`, AMQPS) or, with `stream`, the stream protocol's.
+pub(crate) struct AmqpListener {
+    pub(crate) socket: TcpListener,
+    pub(crate) addr: SocketAddr,
+    pub(crate) tls: Option<TlsAcceptor>,
+    /// Whether it serves the stream protocol (port 5552) rather than AMQP.
+    pub(crate) stream: bool,
 }
 
 /// Binds every AMQP listener the configuration names, plain then TLS.
@@ -252,7 +268,12 @@ fn bind_amqp(config: &Config) -> anyhow::Result<Vec<AmqpListener>> {
             %addr, data_dir = %config.data_dir.display(),
             "{what} listener ready (AMQP 0.9.1 and 1.0), listening on {addr}"
         );
-        listeners.push(AmqpListener { socket, addr, tls });
+        listeners.push(AmqpListener {
+            socket,
+            addr,
+            tls,
+            stream: false,
+        });
     }
     Ok(listeners)
 }
@@ -333,6 +354,9 @@ async fn accept_loop(listener: AmqpListener, shared: Arc<connection::Shared>) {
                     let local = socket.local_addr().unwrap_or(listener.addr);
                     let shared = shared.clone();
                     match &listener.tls {
+                        None if listener.stream => connections.spawn(stream::serve(
+                            Socket::Tcp(socket), peer, local, shared,
+                        )),
                         None => connections.spawn(serve(Socket::Tcp(socket), peer, local, shared)),
                         Some(acceptor) => {
                             let acceptor = acceptor.clone();
@@ -406,7 +430,7 @@ async fn load_definitions(broker: &Broker, path: &std::path::Path) -> anyhow::Re
 /// acknowledges every second full segment at once.
 const TCP_SEGMENT_BYTES_MAX: u32 = 16 * 1024;
 
-fn limit_segment_size(listener: &TcpListener) {
+pub(crate) fn limit_segment_size(listener: &TcpListener) {
     if let Err(error) = socket2::SockRef::from(listener).set_tcp_mss(TCP_SEGMENT_BYTES_MAX) {
         tracing::warn!("cannot limit TCP segments to {TCP_SEGMENT_BYTES_MAX} bytes: {error}");
     }

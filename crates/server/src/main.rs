@@ -57,6 +57,10 @@ struct ServerArgs {
     /// listeners (`listeners.tcp.*`) with one on --bind-address.
     #[arg(long, value_name = "N")]
     amqp_port: Option<u16>,
+    /// Stream protocol port [default: 5552]; 0 turns the stream listener off. Replaces the
+    /// config file's stream listeners (`stream_listeners`) with one on --bind-address.
+    #[arg(long, value_name = "N")]
+    stream_port: Option<u16>,
     /// Management HTTP API port [default: 15672].
     #[arg(long, value_name = "N")]
     http_port: Option<u16>,
@@ -107,6 +111,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(port) = args.amqp_port {
         config.amqp_port = port;
         config.amqp_listeners = None;
+    }
+    match args.stream_port {
+        Some(0) => config.stream_listeners = Some(Vec::new()),
+        Some(port) => {
+            config.stream_port = port;
+            config.stream_listeners = None;
+        }
+        None => {}
     }
     if let Some(port) = args.http_port {
         config.management_port = Some(port);

@@ -116,6 +116,7 @@ fn publish_samples() -> Vec<Command> {
         publishing_id: id,
         filter_value: filter.map(str::to_string),
         message: Bytes::from(format!("body {id}")),
+        sub_batch: None,
     };
     [
         P::DeclarePublisher {

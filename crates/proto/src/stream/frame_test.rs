@@ -86,6 +86,7 @@ fn publish_v1_matches_the_spec_byte_for_byte() {
             publishing_id: 5,
             filter_value: None,
             message: Bytes::from_static(b"hi"),
+            sub_batch: None,
         }],
     });
     let mut out = BytesMut::new();
@@ -109,6 +110,7 @@ fn publish_v2_carries_a_filter_value_before_the_message() {
             publishing_id: 5,
             filter_value: Some("eu".into()),
             message: Bytes::new(),
+            sub_batch: None,
         }],
     };
     assert_eq!(
@@ -301,4 +303,44 @@ fn too_long_string_is_an_encode_error_and_leaves_out_unchanged() {
         "{err}"
     );
     assert_eq!(out.as_ref(), b"kept");
+}
+
+#[test]
+fn publish_carries_a_sub_batch_as_the_client_packed_it() {
+    // Publishing id, then 0x80 | compression << 4, records, uncompressed and packed lengths.
+    let mut body = vec![7u8];
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&9u64.to_be_bytes());
+    body.push(0x80 | (1 << 4));
+    body.extend_from_slice(&3u16.to_be_bytes());
+    body.extend_from_slice(&100u32.to_be_bytes());
+    body.extend_from_slice(&4u32.to_be_bytes());
+    body.extend_from_slice(b"gzip");
+    let command = Command::Publish(PublishCommand::Publish {
+        publisher_id: 7,
+        filtered: false,
+        messages: vec![PublishedMessage {
+            publishing_id: 9,
+            filter_value: None,
+            message: Bytes::from_static(b"gzip"),
+            sub_batch: Some(SubBatch {
+                compression: 1,
+                records: 3,
+                uncompressed_len: 100,
+            }),
+        }],
+    });
+    assert_eq!(decode_raw(key::PUBLISH, 1, &body), Ok(command.clone()));
+    let mut out = BytesMut::new();
+    command.encode(&mut out).unwrap();
+    assert_eq!(out, raw_frame(key::PUBLISH, 1, &body));
+    // A sub-batch longer than the frame is truncated, not read past the end.
+    body.truncate(body.len() - 1);
+    assert!(matches!(
+        decode_raw(key::PUBLISH, 1, &body),
+        Err(DecodeError::Truncated {
+            field: "sub-batch",
+            ..
+        })
+    ));
 }

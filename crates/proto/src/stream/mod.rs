@@ -28,7 +28,7 @@ pub use command::{decode_command, is_simple_response, Command, SimpleResponse};
 pub use connection::{CommandVersion, ConnectionCommand};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{decode_frame, encode_deliver_header, Frame, FRAME_HEADER_LEN, SIZE_PREFIX_LEN};
-pub use publish::{PublishCommand, PublishedMessage};
+pub use publish::{PublishCommand, PublishedMessage, SubBatch};
 pub use stream_admin::{AdminCommand, Broker, StreamMetadata};
 pub use subscribe::{OffsetSpec, SubscribeCommand};
 pub use wire::Properties;

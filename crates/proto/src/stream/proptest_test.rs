@@ -41,6 +41,7 @@ fn published_message(filtered: bool) -> impl Strategy<Value = PublishedMessage> 
             publishing_id,
             filter_value,
             message: Bytes::from(message),
+            sub_batch: None,
         })
 }
 

@@ -14,13 +14,30 @@ use super::wire::{Reader, Writer};
 /// Publishing id (u64), then for v2 a filter value (i16 length), then the message (i32 length).
 const MESSAGE_SIZE_MIN: usize = 12;
 
-/// One message of a Publish frame.
+/// Set in the first byte of a published entry that is a sub-batch rather than one message
+/// (where a simple entry's int32 length has its sign bit).
+const SUB_BATCH_BIT: u8 = 0x80;
+
+/// One entry of a Publish frame: a message, or a sub-batch of messages the client packed (and
+/// perhaps compressed) itself, which the server stores as it came.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PublishedMessage {
     pub publishing_id: u64,
     /// Only version 2 frames carry it; always `None` in a version 1 frame.
     pub filter_value: Option<String>,
+    /// A message, or with `sub_batch` the sub-batch's (possibly compressed) records.
     pub message: Bytes,
+    pub sub_batch: Option<SubBatch>,
+}
+
+/// The header of a sub-batch entry: `1:1 Compression:3 Unused:4 Records:16
+/// UncompressedLength:32 Length:32`, then `Length` bytes of records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubBatch {
+    /// 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd (the clients' codes).
+    pub compression: u8,
+    pub records: u16,
+    pub uncompressed_len: u32,
 }
 
 /// The commands of a publisher's life.
@@ -144,11 +161,23 @@ fn publish(r: &mut Reader, filtered: bool) -> Result<PublishCommand, DecodeError
         } else {
             None
         };
-        let message = r.bytes("message")?;
+        let (message, sub_batch) = if r.peek_u8("message")? & SUB_BATCH_BIT != 0 {
+            let flags = r.u8("sub-batch flags")?;
+            let sub_batch = SubBatch {
+                compression: (flags >> 4) & 0x07,
+                records: r.u16("sub-batch records")?,
+                uncompressed_len: r.u32("sub-batch uncompressed length")?,
+            };
+            let length = r.u32("sub-batch length")?;
+            (r.fixed_bytes("sub-batch", length)?, Some(sub_batch))
+        } else {
+            (r.bytes("message")?, None)
+        };
         messages.push(PublishedMessage {
             publishing_id,
             filter_value,
             message,
+            sub_batch,
         });
     }
     debug_assert_eq!(messages.len(), count, "one message per counted entry");
@@ -206,7 +235,10 @@ impl PublishCommand {
                     if *filtered {
                         w.opt_string("filter value", message.filter_value.as_deref())?;
                     }
-                    w.opt_bytes("message", Some(&message.message))?;
+                    match message.sub_batch {
+                        None => w.opt_bytes("message", Some(&message.message))?,
+                        Some(sub_batch) => put_sub_batch(w, &sub_batch, &message.message)?,
+                    }
                 }
             }
             P::PublishConfirm {
@@ -266,4 +298,20 @@ impl PublishCommand {
         }
         Ok(())
     }
+}
+
+fn put_sub_batch(w: &mut Writer, sub_batch: &SubBatch, data: &[u8]) -> Result<(), EncodeError> {
+    let length = u32::try_from(data.len()).map_err(|_| EncodeError::TooLong {
+        command: "publish",
+        field: "sub-batch",
+        length: data.len(),
+        max: u64::from(u32::MAX),
+    })?;
+    w.out
+        .put_u8(SUB_BATCH_BIT | ((sub_batch.compression & 0x07) << 4));
+    w.out.put_u16(sub_batch.records);
+    w.out.put_u32(sub_batch.uncompressed_len);
+    w.out.put_u32(length);
+    w.out.extend_from_slice(data);
+    Ok(())
 }

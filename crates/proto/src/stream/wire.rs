@@ -136,6 +136,23 @@ impl Reader {
         })
     }
 
+    /// The next byte without taking it.
+    pub(crate) fn peek_u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        self.need(field, 1)?;
+        Ok(self.body.chunk().first().copied().unwrap_or_default())
+    }
+
+    /// `len` bytes whose length was given by an earlier field.
+    pub(crate) fn fixed_bytes(
+        &mut self,
+        field: &'static str,
+        len: u32,
+    ) -> Result<Bytes, DecodeError> {
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        self.need(field, len)?;
+        Ok(self.body.split_to(len))
+    }
+
     /// Everything left in the body (a Deliver's osiris chunk).
     pub(crate) fn rest(&mut self) -> Bytes {
         self.body.split_to(self.body.remaining())

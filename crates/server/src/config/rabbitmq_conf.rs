@@ -44,6 +44,7 @@ const SAME_NAME: &[&str] = &[
     "max_incoming_window",
     "max_queue_credit",
     "delivery_hold_ms",
+    "stream_port",
     "node_name",
     "rabbitmq_version",
 ];
@@ -55,6 +56,7 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "queue_master_locator",
     "mqtt.",
     "stomp.",
+    // Those stream settings not read above (tcp_listen_options, ...).
     "stream.",
 ];
 
@@ -118,6 +120,9 @@ fn fold_listed(entry: &Entry<'_>, table: &mut Table) -> Result<Option<&'static s
     };
     if key == "listeners.tcp" || key.starts_with("listeners.tcp.") {
         return listeners("amqp_listeners", table);
+    }
+    if key == "stream.listeners.tcp" || key.starts_with("stream.listeners.tcp.") {
+        return listeners("stream_listeners", table);
     }
     if key == "listeners.ssl" || key.starts_with("listeners.ssl.") {
         return listeners("amqps_listeners", table);
@@ -255,6 +260,11 @@ fn translate(
         "management.tcp.ip" => renamed("management_ip"),
         "prometheus.tcp.ip" => renamed("prometheus_ip"),
         "ssl_cert_login_from" => renamed("ssl_cert_login_from"),
+        "stream.advertised_host" => renamed("stream_advertised_host"),
+        "stream.advertised_port" => renamed("stream_advertised_port"),
+        "stream.fsync" => renamed("stream_fsync"),
+        "stream.frame_max" => renamed("stream_frame_max"),
+        "stream.heartbeat" => renamed("stream_heartbeat"),
         "definitions.local.path" => renamed("load_definitions"),
         "definitions.import_backend" if value == "local_filesystem" => Ok(None),
         "definitions.import_backend" => Err(format!(
@@ -338,6 +348,7 @@ const STRINGS: &[&str] = &[
     "management_ip",
     "prometheus_ip",
     "ssl_cert_login_from",
+    "stream_advertised_host",
 ];
 
 /// An untyped value as RabbitMQ types it for `key`: a string for the names above, else as
@@ -557,5 +568,33 @@ server_properties.team = queues
         }
         let error = parse("heartbeat\n").unwrap_err();
         assert!(error.contains("line 1"), "{error}");
+    }
+
+    #[test]
+    fn stream_keys_fill_the_stream_settings() {
+        let config = parse(
+            "stream.listeners.tcp.default = 127.0.0.1:5553\nstream.advertised_host = \
+             streams.example\nstream.advertised_port = 5999\nstream.fsync = true\n\
+             stream.frame_max = 2097152\nstream.heartbeat = 20\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.stream_addrs().unwrap(),
+            ["127.0.0.1:5553".parse().unwrap()]
+        );
+        assert_eq!(
+            config.stream_advertised_host.as_deref(),
+            Some("streams.example")
+        );
+        assert_eq!(config.stream_advertised_port, Some(5999));
+        assert!(config.stream_fsync);
+        assert_eq!(
+            (config.stream_frame_max, config.stream_heartbeat),
+            (2_097_152, 20)
+        );
+        let none = parse("stream.listeners.tcp = none\n").unwrap();
+        assert!(none.stream_addrs().unwrap().is_empty());
+        let error = parse("stream.tcp_listen_options.backlog = 10\n").unwrap_err();
+        assert!(error.contains("stream."), "{error}");
     }
 }

@@ -50,6 +50,14 @@ impl Output {
         body.for_each_slice(range, |slice| self.queued.push_back(slice));
     }
 
+    /// Appends `bytes` as they are (a stream chunk read from its log): what is encoded so far
+    /// goes before them, what is encoded next after them.
+    pub fn push_bytes(&mut self, bytes: Bytes) {
+        self.seal();
+        self.queued_bytes += bytes.len();
+        self.queued.push_back(bytes);
+    }
+
     /// Moves the encode buffer to the write list.
     fn seal(&mut self) {
         if !self.encode.is_empty() {
