@@ -367,6 +367,7 @@ restart_broker() {
   RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
     --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
     --http-port "${warren_http_port:-0}" --prometheus-port "${warren_prometheus_port:-0}" \
+    ${warren_stream_port:+--stream-port "$warren_stream_port"} \
     >"$log" 2>&1 </dev/null &
   warren_pid=$!
   echo "$warren_pid" >"$pid_file"

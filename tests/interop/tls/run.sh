@@ -104,7 +104,7 @@ start_warren_tls() {
   write_conf "$work_dir/rabbitmq.conf"
   echo "data_dir = $warren_data_dir" >>"$work_dir/rabbitmq.conf"
   broker_log="$work_dir/warren.log"
-  RUST_LOG=info "$bin" server --config "$work_dir/rabbitmq.conf" >"$broker_log" 2>&1 \
+  RUST_LOG=info "$bin" server --stream-port 0 --config "$work_dir/rabbitmq.conf" >"$broker_log" 2>&1 \
     </dev/null &
   warren_pid=$!
   wait_for_tcp "$warren_pid" "$amqps_port" 30 && wait_for_tcp "$warren_pid" "$https_port" 30 \
