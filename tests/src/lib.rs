@@ -84,6 +84,7 @@ impl TestBroker {
             amqp_port: 0,
             management_port: Some(0),
             prometheus_port: Some(0),
+            stream_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             data_dir: data_dir.path().to_path_buf(),
             // Every in-process broker of a test binary shares one process, whose RSS the memory
@@ -139,6 +140,15 @@ impl TestBroker {
         match &self.target {
             Target::External { addr, .. } => *addr,
             Target::InProcess(broker) => broker.addr,
+        }
+    }
+
+    /// The stream protocol listener's address of the in-process broker (`None` for an external
+    /// broker, or when the test turned the listener off).
+    pub fn stream_addr(&self) -> Option<SocketAddr> {
+        match &self.target {
+            Target::External { .. } => None,
+            Target::InProcess(broker) => broker.running.stream_addrs().first().copied(),
         }
     }
 

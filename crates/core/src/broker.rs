@@ -23,6 +23,7 @@ use crate::metadata::file::FileStore;
 use crate::metadata::{Change, MetadataStore};
 use crate::queue::classic::Storage;
 use crate::queue::queue_type::QueueType;
+use crate::queue::stream::{StreamEncoding, StreamStorage};
 use crate::registry::Registry;
 use crate::value::{table_from_json, table_to_json};
 use crate::vhost::VHost;
@@ -38,6 +39,12 @@ pub struct StorageConfig {
     /// Messages publishers may have on their way into one queue before they wait
     /// (RabbitMQ's `credit_flow_default_credit`).
     pub queue_credit: u32,
+    /// `stream.fsync`: a stream publish is confirmed only once its chunk is fsynced (off,
+    /// as RabbitMQ: once it is written).
+    pub stream_fsync: bool,
+    /// How streams store messages (AMQP 1.0, through the server's codecs); without it
+    /// streams are refused.
+    pub stream_encoding: Option<Arc<dyn StreamEncoding>>,
 }
 
 pub struct Broker {
@@ -46,6 +53,7 @@ pub struct Broker {
     /// Where durable definitions go (`crate::metadata`).
     metadata: Arc<FileStore>,
     queue_storage: Storage,
+    streams: Option<StreamStorage>,
     queue_credit: u32,
     next_id: AtomicU64,
     store: Store,
@@ -98,12 +106,14 @@ impl Broker {
             store: store.clone(),
             memory_budget: storage.queue_memory_budget,
         };
+        let streams = open_streams(data_dir, &storage)?;
         let mut vhosts = HashMap::new();
         for record in access.vhost_records() {
             let vhost = VHost::open(
                 &record.name,
                 metadata.clone(),
                 Some(queue_storage.clone()),
+                streams.clone(),
                 storage.queue_credit,
                 access.policy_set(&record.name),
                 &mut recovered,
@@ -117,6 +127,7 @@ impl Broker {
             access,
             metadata,
             queue_storage,
+            streams,
             queue_credit: storage.queue_credit,
             next_id: AtomicU64::new(1),
             store,
@@ -196,6 +207,7 @@ impl Broker {
         self.metadata.submit(vec![stale]).wait().await?;
         let store: Arc<dyn MetadataStore> = self.metadata.clone();
         let (owned_name, storage) = (name.to_owned(), self.queue_storage.clone());
+        let streams = self.streams.clone();
         let (credit, policies) = (self.queue_credit, self.access.policy_set(name));
         // Opening reads the vhost's definition files: off the async workers.
         let open = tokio::task::spawn_blocking(move || {
@@ -204,6 +216,7 @@ impl Broker {
                 &owned_name,
                 store,
                 Some(storage),
+                streams,
                 credit,
                 policies,
                 recovered,
@@ -541,4 +554,28 @@ fn check_vhost_name(name: &str) -> Result<(), BrokerError> {
         )));
     }
     Ok(())
+}
+
+/// The stream storage of a broker with a stream encoding: logs under `<data_dir>/streams`,
+/// all made durable through one `StreamSync`.
+fn open_streams(
+    data_dir: &Path,
+    storage: &StorageConfig,
+) -> std::io::Result<Option<StreamStorage>> {
+    let Some(encoding) = storage.stream_encoding.clone() else {
+        return Ok(None);
+    };
+    let root = data_dir.join("streams");
+    warren_store::private_dir_all(&root).map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("cannot create stream directory {}: {error}", root.display()),
+        )
+    })?;
+    Ok(Some(StreamStorage {
+        root,
+        sync: warren_store::StreamSync::start(storage.stream_fsync)?,
+        io: Arc::new(warren_store::FsIo),
+        encoding,
+    }))
 }

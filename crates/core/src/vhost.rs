@@ -28,6 +28,7 @@ use crate::limits::NAME_BYTES_MAX;
 use crate::metadata::{Change, Completion, MetadataStore, VHostChange};
 use crate::queue::classic::Storage;
 use crate::queue::queue_type::QueueType;
+use crate::queue::stream::StreamStorage;
 use crate::queue::{QueueArgs, QueueCmd, QueueDef, QueueHandle};
 use crate::routing::headers::MatchMode;
 use crate::routing::RoutingSnapshot;
@@ -101,6 +102,8 @@ pub struct VHost {
     snapshot: ArcSwap<RoutingSnapshot>,
     metadata: Arc<dyn MetadataStore>,
     storage: Option<Storage>,
+    /// Where streams keep their logs; without it streams are refused.
+    streams: Option<StreamStorage>,
     /// Credit of each queue's publishers (`StorageConfig::queue_credit`).
     queue_credit: u32,
     /// The vhost's policies and operator policies (see `set_policies`).
@@ -123,6 +126,7 @@ impl VHost {
         name: &str,
         metadata: Arc<dyn MetadataStore>,
         storage: Option<Storage>,
+        streams: Option<StreamStorage>,
         queue_credit: u32,
         policies: PolicySet,
         recovered: &mut warren_store::Recovered,
@@ -133,6 +137,7 @@ impl VHost {
             snapshot: ArcSwap::from_pointee(RoutingSnapshot::default()),
             metadata,
             storage,
+            streams,
             queue_credit,
             policies: ArcSwap::from_pointee(policies),
             max_connections: AtomicI64::new(-1),
@@ -221,7 +226,7 @@ impl VHost {
                 );
                 QueueArgs::default()
             });
-            let handle = self.spawn_queue(kind, def, args, messages);
+            let handle = self.spawn_queue(kind, def, args, messages, true);
             meta.queues.insert(record.name, handle);
         }
         meta.bindings = saved.bindings.into_iter().collect();
@@ -260,6 +265,7 @@ impl VHost {
         def: QueueDef,
         args: QueueArgs,
         recovered: Option<warren_store::RecoveredQueue>,
+        restart: bool,
     ) -> QueueHandle {
         let vhost = self.this.clone();
         let name = def.name.clone();
@@ -275,6 +281,8 @@ impl VHost {
             recovered,
             vhost: self.this.clone(),
             credit: self.queue_credit,
+            streams: self.streams.clone(),
+            restart,
         };
         kind.behaviour().start(def, setup)
     }

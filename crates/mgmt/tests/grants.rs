@@ -23,6 +23,8 @@ async fn start(dir: &tempfile::TempDir) -> (Mgmt, watch::Sender<bool>) {
         segment_bytes: 1 << 20,
         queue_memory_budget: 1 << 20,
         queue_credit: 400,
+        stream_fsync: false,
+        stream_encoding: None,
     };
     let data_dir = dir.path().join("data");
     let broker = Broker::open(&data_dir, &Bootstrap::default(), storage).unwrap();

@@ -9,6 +9,7 @@ pub mod resource_monitor;
 mod sasl;
 pub mod socket;
 pub mod stream;
+pub mod stream_encoding;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -119,6 +120,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
         segment_bytes: config.store_segment_size,
         queue_memory_budget: usize::try_from(config.queue_memory_budget).unwrap_or(usize::MAX),
         queue_credit: config.credit_flow_default_credit,
+        stream_fsync: config.stream_fsync,
+        stream_encoding: Some(std::sync::Arc::new(stream_encoding::Amqp10StreamEncoding)),
     };
     let broker = Broker::open(&config.data_dir, &bootstrap, storage)
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;

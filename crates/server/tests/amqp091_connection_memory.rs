@@ -165,6 +165,8 @@ fn the_connection_future_is_small() {
                 segment_bytes: 1 << 20,
                 queue_memory_budget: 1 << 20,
                 queue_credit: 2_000,
+                stream_fsync: false,
+                stream_encoding: None,
             },
         )
         .unwrap();

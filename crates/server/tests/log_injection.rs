@@ -64,6 +64,9 @@ async fn a_user_name_with_newlines_cannot_forge_a_log_line() {
             "127.0.0.1",
             "--no-management",
             "--no-prometheus",
+            // No stream listener: 5552 may be taken by another broker.
+            "--stream-port",
+            "0",
         ])
         .args(["--amqp-port", &port.to_string()])
         .arg("--data-dir")

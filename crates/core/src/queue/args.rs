@@ -51,6 +51,10 @@ pub struct QueueArgs {
     pub single_active_consumer: bool,
     /// `x-queue-mode=lazy`.
     pub lazy: bool,
+    /// `x-max-age` (streams): segments whose messages are all older are deleted.
+    pub max_age_ms: Option<u64>,
+    /// `x-stream-max-segment-size-bytes` (streams): the size at which a segment rolls.
+    pub segment_bytes_max: Option<u64>,
 }
 
 impl QueueArgs {
@@ -73,6 +77,8 @@ impl QueueArgs {
             overflow: check.overflow()?,
             single_active_consumer: check.boolean("x-single-active-consumer")?,
             lazy: arguments.get("x-queue-mode").and_then(Value::as_str) == Some("lazy"),
+            max_age_ms: check.max_age()?,
+            segment_bytes_max: check.non_negative("x-stream-max-segment-size-bytes")?,
         };
         Ok(args)
     }
@@ -192,6 +198,18 @@ impl Check<'_> {
             return Err(self.invalid(key, "routing_key_but_no_dlx_defined"));
         }
         Ok(value)
+    }
+
+    /// `x-max-age`: a string such as `7D` (RabbitMQ's `check_max_age_arg`).
+    fn max_age(&self) -> Result<Option<u64>, BrokerError> {
+        let key = "x-max-age";
+        match self.arguments.get(key) {
+            None => Ok(None),
+            Some(Value::Str(text)) => super::consume_start::age_ms(text)
+                .map(Some)
+                .ok_or_else(|| self.invalid(key, "invalid_max_age")),
+            Some(other) => Err(self.unacceptable(key, other)),
+        }
     }
 
     fn overflow(&self) -> Result<Overflow, BrokerError> {

@@ -93,6 +93,11 @@ pub struct Setup {
     pub vhost: Weak<crate::vhost::VHost>,
     /// Messages publishers may have in flight to the queue (`QueueHandle::acquire_credit`).
     pub credit: u32,
+    /// Where streams keep their logs (`None`: the broker has no data directory for them).
+    pub streams: Option<stream::StreamStorage>,
+    /// The queue was recovered at broker start (a stream opens its log as it is), rather
+    /// than declared now (a new stream starts empty).
+    pub restart: bool,
 }
 
 /// Counts reported to declare-ok, purge-ok and the management API.
@@ -338,7 +343,6 @@ impl QueueHandle {
     }
 
     /// Gives the queue its stream handle (set once, by the stream when it starts).
-    #[allow(dead_code)] // called by the stream writer task (next commit)
     pub(crate) fn offer_stream(&self, handle: stream::StreamHandle) {
         let _ = self.0.stream.set(handle);
     }

@@ -27,9 +27,21 @@ impl VHost {
         if policies.is_empty() {
             return QueueArgs::from_def(def);
         }
-        let effective = policies.queue_arguments(&def.name, &def.arguments);
+        let mut arguments = policies
+            .queue_arguments(&def.name, &def.arguments)
+            .arguments;
+        if is_stream(def) {
+            // For a stream's retention and segment size the policy wins over the declared
+            // argument (RabbitMQ's `rabbit_stream_queue:policy_precedence`).
+            let policy = policies.queue_arguments(&def.name, &Table::new()).arguments;
+            for key in STREAM_POLICY_WINS {
+                if let Some(value) = policy.get(key) {
+                    arguments.insert(key.to_string(), value.clone());
+                }
+            }
+        }
         let merged = QueueDef {
-            arguments: effective.arguments,
+            arguments,
             ..def.clone()
         };
         QueueArgs::from_def(&merged)
@@ -131,4 +143,16 @@ impl VHost {
             tracing::warn!(vhost = %self.name, %error, "cannot remove the definitions");
         }
     }
+}
+
+/// The stream arguments whose policy value wins over the declared one.
+const STREAM_POLICY_WINS: [&str; 3] = [
+    "x-max-length-bytes",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+];
+
+fn is_stream(def: &QueueDef) -> bool {
+    crate::queue::QueueType::from_arguments(&def.resource(), &def.arguments)
+        == Ok(crate::queue::QueueType::Stream)
 }

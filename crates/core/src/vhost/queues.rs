@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::exchanges::{check_exclusive, exclusive_locked};
 use super::rollback::after_deletion;
 use super::*;
+use crate::error::ErrorKind;
 use crate::queue::queue_type::QueueType;
 use crate::value::Table;
 
@@ -81,6 +82,13 @@ impl VHost {
             return Err(self.no_queue(&req.name));
         }
         if req.name.is_empty() {
+            let kind = QueueType::from_arguments("queue '' in vhost", &req.arguments)?;
+            if !kind.capabilities().server_named {
+                return Err(BrokerError::precondition_failed(format!(
+                    "Cannot declare a server-named queue for type {}",
+                    kind.behaviour().module()
+                )));
+            }
             req.name = generate_name("amq.gen-");
         } else if req.name.starts_with("amq.") {
             return Err(BrokerError::access_refused(format!(
@@ -97,10 +105,17 @@ impl VHost {
             arguments: req.arguments,
         };
         let kind = QueueType::check_declare(&def)?;
+        if kind == QueueType::Stream && self.streams.is_none() {
+            return Err(BrokerError::precondition_failed(format!(
+                "{} cannot be declared: this broker has no storage for streams (it was \
+                 opened without a stream encoding); declare a classic queue instead",
+                def.resource()
+            )));
+        }
         self.check_queue_limit(&def.name, meta.queues.len())?;
         let args = self.effective_args(&def)?;
         let record = is_durable(&def).then(|| queue_record(&def));
-        let handle = self.spawn_queue(kind, def, args, None);
+        let handle = self.spawn_queue(kind, def, args, None, false);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.update_snapshot(|current| current.with_queue(&handle));
         let Some(queue) = record else {
@@ -166,7 +181,7 @@ impl VHost {
             arguments: Table::new(),
         };
         let mut meta = self.meta.lock();
-        let handle = self.spawn_queue(QueueType::Classic, def, QueueArgs::default(), None);
+        let handle = self.spawn_queue(QueueType::Classic, def, QueueArgs::default(), None, false);
         meta.queues.insert(handle.name().clone(), handle.clone());
         self.update_snapshot(|current| current.with_queue(&handle));
         Ok(handle)
@@ -187,6 +202,16 @@ impl VHost {
         connection: ConnectionId,
     ) -> Result<u32, BrokerError> {
         let queue = self.queue(name, connection)?;
+        if queue.kind() == QueueType::Stream {
+            // RabbitMQ's `rabbit_channel` text: a stream keeps its messages.
+            return Err(BrokerError::new(
+                ErrorKind::NotImplemented,
+                format!(
+                    "queue.purge not supported by stream queues {}",
+                    queue.def().resource()
+                ),
+            ));
+        }
         queue.request(|reply| QueueCmd::Purge { reply }).await
     }
 

@@ -124,7 +124,7 @@ impl VHost {
             }
             // The policy may have changed meanwhile; the arguments it had are the fallback.
             let args = self.effective_args(&def).unwrap_or(args);
-            let handle = self.spawn_queue(kind, def, args, None);
+            let handle = self.spawn_queue(kind, def, args, None, false);
             meta.queues.insert(handle.name().clone(), handle);
             restored += 1;
         }

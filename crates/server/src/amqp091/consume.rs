@@ -14,11 +14,12 @@ use warren_core::limits::{
     CONSUMER_FLOW_BYTES_MAX, CONSUMER_FLOW_CREDIT_MAX, CONSUMER_FLOW_CREDIT_MIN,
 };
 use warren_core::queue::consume_start::STREAM_OFFSET_ARGUMENT;
+use warren_core::queue::QueueType;
 use warren_core::queue::{send_credit, ConsumeStart, QueueCmd, QueueHandle, SettleOp};
 use warren_core::registry::ConsumerDetails;
 use warren_core::stats::add_owned;
 use warren_core::vhost::generate_name;
-use warren_core::BrokerError;
+use warren_core::{BrokerError, ErrorKind};
 use warren_proto::amqp091::{
     reply_code, BasicCancel, BasicCancelOk, BasicConsume, BasicConsumeOk, BasicGetEmpty,
     BasicGetOk, DeliverArgs, FieldTable, Method, ShortStr,
@@ -267,7 +268,11 @@ impl Connection {
             ));
         }
         let (priority, start) = consumer_arguments(&queue, &consume.arguments)
+            .and_then(|found| {
+                check_stream_consumer(&queue, &consume, &self.channels[&id]).map(|()| found)
+            })
             .map_err(|error| Fault::broker(id, error, cause))?;
+        let channel = self.channels.get_mut(&id).expect("invariant: open channel");
         let mut state = ConsumerState {
             id: self.shared.broker.next_id(),
             tag: tag.clone(),
@@ -416,6 +421,14 @@ impl Connection {
         let queue = vhost
             .queue(queue, self.id)
             .map_err(|e| Fault::broker(id, e, cause))?;
+        if queue.kind() == QueueType::Stream {
+            let text = format!(
+                "basic.get not supported by stream queues {}",
+                queue.def().resource()
+            );
+            let error = BrokerError::new(ErrorKind::NotImplemented, text);
+            return Err(Fault::broker(id, error, cause));
+        }
         let got = queue
             .request(|reply| QueueCmd::Get {
                 channel: id,
@@ -763,6 +776,48 @@ fn consumer_arguments(
         ))
     })?;
     Ok((priority, start))
+}
+
+/// What a stream refuses of an AMQP 0.9.1 consumer (RabbitMQ's
+/// `rabbit_stream_queue:consume`): it must acknowledge, with a prefetch count, and without a
+/// channel-wide (global) one. Filtering is not built yet.
+fn check_stream_consumer(
+    queue: &QueueHandle,
+    consume: &BasicConsume,
+    channel: &super::channel::Channel,
+) -> Result<(), BrokerError> {
+    if queue.kind() != QueueType::Stream {
+        return Ok(());
+    }
+    let resource = queue.def().resource();
+    if channel.consumer_prefetch == 0 {
+        return Err(BrokerError::precondition_failed(format!(
+            "consumer prefetch count is not set for stream {resource}"
+        )));
+    }
+    if consume.no_ack {
+        return Err(BrokerError::new(
+            ErrorKind::NotImplemented,
+            format!("automatic acknowledgement not supported by stream {resource}"),
+        ));
+    }
+    if channel.channel_prefetch != 0 {
+        return Err(BrokerError::new(
+            ErrorKind::NotImplemented,
+            format!("{resource} does not support global qos"),
+        ));
+    }
+    let filter = ["x-stream-filter", "x-stream-match-unfiltered"];
+    if let Some(key) = filter
+        .iter()
+        .find(|key| consume.arguments.get(key).is_some())
+    {
+        return Err(BrokerError::precondition_failed(format!(
+            "invalid arg '{key}' for {resource}: stream filtering is not supported by Warren \
+             yet; consume without it"
+        )));
+    }
+    Ok(())
 }
 
 fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {

@@ -8,7 +8,7 @@
 
 mod address;
 mod connection;
-mod convert;
+pub(crate) mod convert;
 mod filter;
 mod handshake;
 mod link;

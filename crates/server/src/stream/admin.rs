@@ -203,7 +203,10 @@ impl Connection {
         let arguments = match queue_arguments(arguments) {
             Ok(arguments) => arguments,
             Err(text) => {
-                tracing::warn!(connection = self.id, "cannot create stream '{stream}': {text}");
+                tracing::warn!(
+                    connection = self.id,
+                    "cannot create stream '{stream}': {text}"
+                );
                 return response_code::PRECONDITION_FAILED;
             }
         };
@@ -219,7 +222,9 @@ impl Connection {
             Ok(_) => response_code::OK,
             Err(error) => {
                 tracing::warn!(
-                    connection = self.id, "cannot create stream '{stream}': {}", error.text
+                    connection = self.id,
+                    "cannot create stream '{stream}': {}",
+                    error.text
                 );
                 match error.kind {
                     ErrorKind::AccessRefused => response_code::ACCESS_REFUSED,
@@ -242,12 +247,12 @@ impl Connection {
         let vhost = self.vhost.clone().expect("invariant: open");
         match vhost.delete_queue(stream, false, false, self.id).await {
             Ok(_) => response_code::OK,
-            Err(error) if error.kind == ErrorKind::NotFound => {
-                response_code::STREAM_DOES_NOT_EXIST
-            }
+            Err(error) if error.kind == ErrorKind::NotFound => response_code::STREAM_DOES_NOT_EXIST,
             Err(error) => {
                 tracing::warn!(
-                    connection = self.id, "cannot delete stream '{stream}': {}", error.text
+                    connection = self.id,
+                    "cannot delete stream '{stream}': {}",
+                    error.text
                 );
                 response_code::INTERNAL_ERROR
             }
@@ -263,7 +268,9 @@ impl Connection {
                 let found = self.stream_handle(stream);
                 StreamMetadata {
                     stream: stream.clone(),
-                    code: found.as_ref().map_or_else(|code| *code, |_| response_code::OK),
+                    code: found
+                        .as_ref()
+                        .map_or_else(|code| *code, |_| response_code::OK),
                     leader: if found.is_ok() { THIS_BROKER } else { u16::MAX },
                     replicas: Vec::new(),
                 }
@@ -371,7 +378,11 @@ impl Connection {
             ..
         } = command
         else {
-            tracing::debug!(connection = self.id, "ignored {:?} from the client", command.key());
+            tracing::debug!(
+                connection = self.id,
+                "ignored {:?} from the client",
+                command.key()
+            );
             return;
         };
         let (code, resolved) = if self.check(Perm::Read, &stream).is_err() {
@@ -410,7 +421,10 @@ impl Connection {
             }
         };
         let Some(correlation_id) = body.get(..4).map(|mut id| id.get_u32()) else {
-            return Err(Fault::close(response_code::UNKNOWN_FRAME, "truncated request"));
+            return Err(Fault::close(
+                response_code::UNKNOWN_FRAME,
+                "truncated request",
+            ));
         };
         tracing::warn!(
             connection = self.id,
@@ -439,9 +453,10 @@ fn queue_arguments(arguments: &[(String, String)]) -> Result<Table, String> {
     table.insert("x-queue-type".into(), Value::Str("stream".into()));
     for (name, value) in arguments {
         let integer = || {
-            value.parse::<i64>().map(Value::Int).map_err(|_| {
-                format!("argument '{name}' = '{value}' is not an integer")
-            })
+            value
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| format!("argument '{name}' = '{value}' is not an integer"))
         };
         let (queue_argument, value) = match name.as_str() {
             "max-length-bytes" => ("x-max-length-bytes", integer()?),
@@ -456,4 +471,3 @@ fn queue_arguments(arguments: &[(String, String)]) -> Result<Table, String> {
     }
     Ok(table)
 }
-

@@ -299,6 +299,11 @@ impl Connection {
         outcome
     }
 
+    /// The resource alarms in effect now.
+    pub(super) fn alarms_now(&self) -> AlarmSet {
+        *self.alarms.borrow()
+    }
+
     /// A frame that cannot be decoded closes the connection with the spec's code.
     fn malformed(&self, error: &DecodeError) -> Fault {
         tracing::warn!(

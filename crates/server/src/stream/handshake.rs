@@ -48,10 +48,12 @@ impl Connection {
                     mechanism,
                     data,
                 } => self.authenticate(correlation_id, &mechanism, data.as_deref())?,
+                // Some clients (the Rust one) send their Tune without the response bit;
+                // RabbitMQ takes either.
                 ConnectionCommand::Tune {
-                    response: true,
                     frame_max,
                     heartbeat,
+                    ..
                 } => self.negotiate(frame_max, heartbeat),
                 ConnectionCommand::OpenRequest {
                     correlation_id,

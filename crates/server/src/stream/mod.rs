@@ -55,7 +55,12 @@ pub(crate) fn bind(config: &crate::Config) -> anyhow::Result<Vec<AmqpListener>> 
 }
 
 /// Serves one accepted stream protocol socket until it closes.
-pub(crate) async fn serve(socket: Socket, peer: SocketAddr, local: SocketAddr, shared: Arc<Shared>) {
+pub(crate) async fn serve(
+    socket: Socket,
+    peer: SocketAddr,
+    local: SocketAddr,
+    shared: Arc<Shared>,
+) {
     let tls = socket.tls_session();
     let (reader, writer) = socket.split();
     let client = Client {

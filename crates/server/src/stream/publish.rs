@@ -110,6 +110,7 @@ impl Connection {
             self.publish_error(publisher_id, ids, response_code::PUBLISHER_DOES_NOT_EXIST);
             return Ok(());
         };
+        let (handle, reference) = (publisher.handle.clone(), publisher.reference.clone());
         let same = self
             .pending
             .as_ref()
@@ -117,7 +118,6 @@ impl Connection {
         if !same {
             self.hand_over_pending().await?;
         }
-        let (handle, reference) = (publisher.handle.clone(), publisher.reference.clone());
         let mut filtered = Vec::new();
         for message in messages {
             if message.filter_value.is_some() {
@@ -157,7 +157,10 @@ impl Connection {
         let Some(Pending { handle, batch }) = self.pending.take() else {
             return Ok(());
         };
-        debug_assert!(!batch.messages.is_empty(), "invariant: a pending batch has messages");
+        debug_assert!(
+            !batch.messages.is_empty(),
+            "invariant: a pending batch has messages"
+        );
         let publisher_id = batch.publisher_id;
         let ids: Vec<u64> = batch.messages.iter().map(|(id, _)| *id).collect();
         if let Err(error) = handle.publish(batch).await {
@@ -213,15 +216,23 @@ impl Connection {
             return response_code::PRECONDITION_FAILED;
         }
         if let Err(error) = self.check(Perm::Write, stream) {
-            tracing::info!(connection = self.id, "declare publisher refused: {}", error.text);
+            tracing::info!(
+                connection = self.id,
+                "declare publisher refused: {}",
+                error.text
+            );
             return response_code::ACCESS_REFUSED;
         }
         let reference = reference.filter(|r| !r.is_empty());
-        if reference.as_ref().is_some_and(|r| r.len() > REFERENCE_BYTES_MAX) {
+        if reference
+            .as_ref()
+            .is_some_and(|r| r.len() > REFERENCE_BYTES_MAX)
+        {
             return response_code::PRECONDITION_FAILED;
         }
         let taken = self.publishers.values().any(|p| {
-            &*p.stream == stream && p.reference.as_deref() == reference.as_deref()
+            &*p.stream == stream
+                && p.reference.as_deref() == reference.as_deref()
                 && reference.is_some()
         });
         if taken || self.publishers.contains_key(&publisher_id) {

@@ -176,8 +176,7 @@ impl Connection {
                 }
                 let committed = self.deliver_v2.then_some(committed_chunk_id);
                 let bytes = std::slice::from_ref(&chunk.bytes);
-                match encode_deliver_header(self.out.encode(), subscription_id, committed, bytes)
-                {
+                match encode_deliver_header(self.out.encode(), subscription_id, committed, bytes) {
                     Ok(()) => self.out.push_bytes(chunk.bytes),
                     Err(error) => tracing::error!(connection = self.id, %error, "chunk not sent"),
                 }
@@ -337,10 +336,12 @@ pub fn read_start(offset: OffsetSpec) -> ReadStart {
 /// A subscription property asking for what Warren does not implement yet: single active
 /// consumer, super streams, filtering.
 fn unsupported_feature(properties: &Properties) -> Option<&'static str> {
-    properties.iter().find_map(|(name, value)| match name.as_str() {
-        "single-active-consumer" if value == "true" => Some("single active consumer"),
-        "super-stream" => Some("super streams"),
-        name if name.starts_with("filter.") => Some("stream filtering"),
-        _ => None,
-    })
+    properties
+        .iter()
+        .find_map(|(name, value)| match name.as_str() {
+            "single-active-consumer" if value == "true" => Some("single active consumer"),
+            "super-stream" => Some("super streams"),
+            name if name.starts_with("filter.") => Some("stream filtering"),
+            _ => None,
+        })
 }

@@ -84,6 +84,9 @@ impl BrokerProcess {
                 "0",
                 "--prometheus-port",
                 "0",
+                // No stream listener: 5552 may be taken by another broker.
+                "--stream-port",
+                "0",
             ])
             .arg("--data-dir")
             .arg(data_dir)

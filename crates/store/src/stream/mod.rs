@@ -1,19 +1,54 @@
 //! The stream log: one append-only log per stream queue, in osiris's on-disk chunk format,
 //! so that a chunk read from disk goes to a stream-protocol consumer as it lies.
 //!
-//! (The byte layout is documented in full once the format is written.)
+//! A stream's directory holds segments, each a segment file of chunks and an index file,
+//! named by the first offset of their first chunk:
+//!
+//! ```text
+//! <dir>/00000000000000000000.segment   "OSIL" | 1u32 | chunk | chunk | ...
+//! <dir>/00000000000000000000.index     "WIDX" | 1u32 | 48-byte record per chunk
+//! <dir>/00000000000000004096.segment   (the next segment starts at offset 4096) ...
+//! ```
+//!
+//! The chunk format (48-byte header, Bloom bytes, entries, trailer) is in `chunk.rs`, the
+//! index record in `segment.rs`, the tracking encoding (writer sequences, consumer offsets,
+//! in trailers and tracking chunks) in `tracking.rs`. Every chunk takes as many offsets as it
+//! has records, tracking chunks included (one each), as in osiris: readers skip tracking
+//! chunks, so consumers see gaps there, as with RabbitMQ.
+//!
+//! One writer ([`StreamLog`]) appends; readers ([`LogView`], [`LogReader`]) on any thread
+//! read what the writer published, with no lock on the read path beyond a short read lock
+//! of the active segment's in-memory index. Durability goes through [`StreamSync`].
 
+mod chunk;
+mod lifecycle;
 mod log;
+mod reader;
+mod recovery;
+mod segment;
 mod sync;
+mod tracking;
 mod view;
 
 use std::path::PathBuf;
 
 use bytes::Bytes;
 
+pub use chunk::Chunk;
 pub use log::StreamLog;
+pub use reader::LogReader;
 pub use sync::StreamSync;
-pub use view::{Chunk, LogReader, LogStats, LogView, ReadStart};
+pub use view::{LogStats, LogView, ReadStart};
+
+#[cfg(test)]
+#[path = "bench_test.rs"]
+mod bench_test;
+#[cfg(test)]
+#[path = "fault_test.rs"]
+mod fault_test;
+#[cfg(test)]
+#[path = "log_test.rs"]
+mod log_test;
 
 /// Where a stream's log lives and when its segments roll and are deleted.
 #[derive(Debug, Clone)]
@@ -62,11 +97,4 @@ pub struct Appended {
     pub first_offset: u64,
     pub records: u32,
     pub bytes: u64,
-}
-
-/// The refusal of a call not written yet (removed as the log is built).
-fn not_yet(what: &str) -> crate::StoreError {
-    crate::StoreError::Refused {
-        what: format!("the stream log cannot {what} yet"),
-    }
 }

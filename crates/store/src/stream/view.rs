@@ -1,16 +1,54 @@
-//! The readers' side of a stream log.
+//! The readers' side of a stream log: what the writer publishes after each append (the
+//! committed end, with release ordering, after the chunk and its index record are written)
+//! and the lookups a reader starts from.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use parking_lot::RwLock;
 
-use super::not_yet;
+use super::reader::LogReader;
+use super::segment::Segment;
 use crate::error::StoreError;
 
+/// "No chunk" in an atomic offset.
+pub(crate) const NONE: u64 = u64::MAX;
+
+/// What the writer shares with readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Oldest first; the last one is the active segment.
+    pub segments: RwLock<Vec<Arc<Segment>>>,
+    /// The committed end: every chunk below it is written and indexed.
+    pub next_offset: AtomicU64,
+    pub first_offset: AtomicU64,
+    /// First offset of the last user chunk, or [`NONE`].
+    pub last_chunk: AtomicU64,
+    /// Chunks in the log (every type).
+    pub chunks: AtomicU64,
+    /// Bumped when chunks go away (retention, truncation): readers look themselves up again.
+    pub generation: AtomicU64,
+}
+
+impl Shared {
+    pub fn segments(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().clone()
+    }
+
+    /// The segment that holds `offset`'s chunk (the last one starting at or before it).
+    pub fn segment_for(&self, offset: u64) -> Option<(usize, Arc<Segment>)> {
+        let segments = self.segments.read();
+        let at = segments
+            .partition_point(|segment| segment.first_offset <= offset)
+            .checked_sub(1)?;
+        Some((at, segments[at].clone()))
+    }
+}
+
 /// Readers' side, cheap to clone, Send + Sync: any task may read committed chunks.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct LogView {
-    _shared: Arc<()>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// Where a reader starts.
@@ -37,74 +75,107 @@ pub struct LogStats {
 impl LogView {
     /// First offset still in the log.
     pub fn first_offset(&self) -> u64 {
-        0
+        self.shared.first_offset.load(Ordering::Acquire)
     }
 
     /// Offset the next record will get (committed end).
     pub fn next_offset(&self) -> u64 {
-        0
+        self.shared.next_offset.load(Ordering::Acquire)
     }
 
-    /// First offset of the last committed chunk.
+    /// First offset of the last committed user chunk.
     pub fn last_chunk_offset(&self) -> Option<u64> {
-        None
+        Some(self.shared.last_chunk.load(Ordering::Acquire)).filter(|offset| *offset != NONE)
     }
 
-    /// The chunk offset a reader from `start` begins at.
-    pub fn resolve(&self, _start: ReadStart) -> u64 {
-        0
+    /// The chunk offset a reader from `start` begins at: `first`, the last user chunk (or the
+    /// end when there is none), the end, the chunk holding an offset (clamped to the log), or
+    /// the first chunk whose timestamp is at or after the given one (the end when none is).
+    /// A lookup that fails on disk starts at the end, and is logged.
+    pub fn resolve(&self, start: ReadStart) -> u64 {
+        match self.try_resolve(start) {
+            Ok(offset) => offset,
+            Err(error) => {
+                tracing::error!(
+                    "stream log: cannot resolve {start:?}: {error}; reading from the end"
+                );
+                self.next_offset()
+            }
+        }
     }
 
-    pub fn reader(&self, _start: ReadStart) -> Result<LogReader, StoreError> {
-        Err(not_yet("read"))
+    fn try_resolve(&self, start: ReadStart) -> Result<u64, StoreError> {
+        let (first, next) = (self.first_offset(), self.next_offset());
+        Ok(match start {
+            ReadStart::First => first,
+            ReadStart::Next => next,
+            ReadStart::Last => self.last_chunk_offset().unwrap_or(next),
+            ReadStart::Offset(offset) if offset <= first => first,
+            ReadStart::Offset(offset) if offset >= next => next,
+            ReadStart::Offset(offset) => self.chunk_holding(offset)?.unwrap_or(next),
+            ReadStart::Timestamp(timestamp_ms) => self.chunk_at_time(timestamp_ms)?,
+        })
+    }
+
+    /// First offset of the chunk that holds `offset`.
+    fn chunk_holding(&self, offset: u64) -> Result<Option<u64>, StoreError> {
+        let Some((_, segment)) = self.shared.segment_for(offset) else {
+            return Ok(None);
+        };
+        let at = segment.partition_point(|record| record.first_offset <= offset)?;
+        let Some(at) = at.checked_sub(1) else {
+            return Ok(Some(segment.first_offset));
+        };
+        Ok(segment.record(at)?.map(|record| record.first_offset))
+    }
+
+    /// First offset of the first chunk stamped at or after `timestamp_ms`, or the end.
+    fn chunk_at_time(&self, timestamp_ms: i64) -> Result<u64, StoreError> {
+        let next = self.next_offset();
+        let segments = self.shared.segments();
+        // Skip the segments whose next segment starts at or before the time: timestamps grow
+        // along the log (a writer stamps chunks with its clock).
+        let mut at = 0;
+        while at + 1 < segments.len() {
+            let Some(first) = segments[at + 1].record(0)? else {
+                break;
+            };
+            if first.timestamp_ms > timestamp_ms {
+                break;
+            }
+            at += 1;
+        }
+        for segment in &segments[at..] {
+            let found = segment.partition_point(|record| record.timestamp_ms < timestamp_ms)?;
+            if let Some(record) = segment.record(found)? {
+                return Ok(record.first_offset.min(next));
+            }
+        }
+        Ok(next)
+    }
+
+    /// A reader whose first chunk is the one `start` resolves to.
+    pub fn reader(&self, start: ReadStart) -> Result<LogReader, StoreError> {
+        let position = self.try_resolve(start)?;
+        Ok(LogReader::new(self.shared.clone(), position))
     }
 
     pub fn stats(&self) -> LogStats {
+        let segments = self.shared.segments();
+        let first_timestamp_ms = segments
+            .first()
+            .and_then(|segment| segment.record(0).ok().flatten())
+            .map(|record| record.timestamp_ms);
         LogStats {
-            segments: 0,
-            bytes: 0,
-            first_offset: 0,
-            next_offset: 0,
-            chunks: 0,
-            first_timestamp_ms: None,
+            segments: u32::try_from(segments.len()).unwrap_or(u32::MAX),
+            bytes: segments
+                .iter()
+                .map(|segment| segment.bytes.load(Ordering::Acquire))
+                .sum(),
+            first_offset: self.first_offset(),
+            next_offset: self.next_offset(),
+            chunks: self.shared.chunks.load(Ordering::Acquire),
+            first_timestamp_ms,
         }
-    }
-}
-
-/// One consumer's position in the log; Send.
-pub struct LogReader {
-    position: u64,
-}
-
-impl LogReader {
-    /// The next committed user chunk at or after the reader's position, read with one pread:
-    /// header + Bloom bytes + data, without the trailer: exactly the OsirisChunk of a stream
-    /// protocol Deliver frame. `None` when caught up. A reader behind the log's first offset
-    /// (retention) moves to the first chunk. Tracking chunks are skipped.
-    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, StoreError> {
-        Err(not_yet("read a chunk"))
-    }
-
-    pub fn position(&self) -> u64 {
-        self.position
-    }
-}
-
-/// One chunk as it lies on disk (header, Bloom bytes, entries; no trailer).
-#[derive(Debug, Clone)]
-pub struct Chunk {
-    pub first_offset: u64,
-    pub num_entries: u16,
-    pub num_records: u32,
-    pub timestamp_ms: i64,
-    pub epoch: u64,
-    pub bytes: Bytes,
-}
-
-impl Chunk {
-    /// Each record with its offset: simple entries and uncompressed sub-batch records;
-    /// a compressed sub-batch is an Err naming the compression (consumers over AMQP).
-    pub fn records(&self) -> impl Iterator<Item = Result<(u64, Bytes), StoreError>> + '_ {
-        std::iter::once(Err(not_yet("decode records")))
     }
 }

@@ -325,6 +325,8 @@ fn spawn_queue(name: &str, credit: u32) -> QueueHandle {
         recovered: None,
         vhost: Weak::new(),
         credit,
+        streams: None,
+        restart: false,
     };
     spawn(def, setup)
 }

@@ -118,6 +118,7 @@ pub fn spawn(def: QueueDef, setup: Setup) -> QueueHandle {
         recovered,
         vhost,
         credit,
+        ..
     } = setup;
     let (data_tx, data_rx) = mpsc::channel(QUEUE_MAILBOX_MAX);
     let (control_tx, control_rx) = mpsc::channel(QUEUE_CONTROL_MAILBOX_MAX);

@@ -96,7 +96,6 @@ impl ConfirmInbox {
 }
 
 /// What the stream protocol asks of a stream's writer task.
-#[allow(dead_code)] // read by the stream writer task (next commit)
 pub(crate) enum StreamCmd {
     Publish(StreamPublish),
     PublisherSequence {
@@ -115,7 +114,6 @@ pub(crate) enum StreamCmd {
 }
 
 impl StreamHandle {
-    #[allow(dead_code)] // called by the stream writer task (next commit)
     pub(crate) fn new(
         resource: String,
         view: LogView,

@@ -6,20 +6,22 @@
 //! a publish is confirmed); `driver.rs` is the one task per stream that owns the log and
 //! writes one chunk per turn; `handle.rs` is what the stream protocol holds of a stream.
 
+mod batch;
+mod driver;
 mod handle;
+mod readers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use tokio::sync::mpsc;
-
-use super::queue_type::{Behaviour, Capabilities, ConfirmAfter, QueueType};
+use super::queue_type::{Behaviour, Capabilities, ConfirmAfter};
 use crate::error::BrokerError;
 use crate::message::Message;
 use crate::queue::{QueueDef, QueueHandle, Setup};
 use crate::value::Value;
+use bytes::Bytes;
 
+pub use driver::{dir_name, SEGMENT_BYTES_MAX_DEFAULT};
 pub use handle::{ConfirmInbox, StreamHandle, StreamOutcome, StreamPublish};
 
 /// The stream queue type.
@@ -76,7 +78,7 @@ static CAPABILITIES: Capabilities = Capabilities {
 
 /// How messages are stored in a stream: AMQP 1.0, as RabbitMQ stores them. Core never
 /// sees a frame, so the server implements this with its codecs and passes it in at open.
-pub trait StreamEncoding: Send + Sync + 'static {
+pub trait StreamEncoding: Send + Sync + std::fmt::Debug + 'static {
     /// The record a message is stored as: an AMQP 0.9.1 message converted to AMQP 1.0
     /// sections (header, message-annotations with `x-exchange` and `x-routing-key`,
     /// properties, application-properties from its headers, a data body); an AMQP 1.0
@@ -125,7 +127,7 @@ impl Behaviour for Stream {
     }
 
     fn start(&self, def: QueueDef, setup: Setup) -> QueueHandle {
-        stopped(def, setup)
+        driver::spawn(def, setup)
     }
 }
 
@@ -188,22 +190,10 @@ fn check_declare(def: &QueueDef) -> Result<(), BrokerError> {
              not supported by Warren yet; declare the stream without it"
         )));
     }
-    Err(BrokerError::precondition_failed(format!(
-        "invalid arg 'x-queue-type' for {resource}: \"queue type 'stream' is not supported \
-         by Warren yet\""
-    )))
+    Ok(())
 }
 
-/// A queue that has stopped: every command to it finds it gone (404).
-fn stopped(def: QueueDef, setup: Setup) -> QueueHandle {
-    let (data_tx, _) = mpsc::channel(1);
-    let (control_tx, _) = mpsc::channel(1);
-    QueueHandle::new(
-        QueueType::Stream,
-        def,
-        setup.args,
-        data_tx,
-        control_tx,
-        setup.credit,
-    )
+/// `stream 'name' in vhost '/'`, for the stream protocol's error texts.
+fn resource(def: &QueueDef) -> String {
+    crate::error::resource_name("stream", &def.name, &def.vhost)
 }
