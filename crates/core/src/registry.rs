@@ -6,6 +6,11 @@
 //! touched per message: message counts live in queue stats, in [`GlobalCounters`], which
 //! connections add to once per batch, and in each channel's and connection's own counters
 //! (`stats.rs`).
+//!
+//! A stream-protocol connection also lists its publishers and subscriptions here
+//! (RabbitMQ's `rabbit_stream_publisher_created` and `rabbit_stream_consumer_created`
+//! tables): each is added when declared and removed when the guard its connection keeps
+//! drops, whichever way it ends (deleted, unsubscribed, stream deleted, connection closed).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,9 +20,15 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 
+pub use self::stream::{
+    StreamConsumerCounters, StreamConsumerDetails, StreamConsumerGuard, StreamPublisherCounters,
+    StreamPublisherDetails, StreamPublisherGuard,
+};
 use crate::consumer::ConnectionId;
 use crate::stats::{ChannelStats, ConnectionStats};
 use crate::value::Table;
+
+mod stream;
 
 /// What a connection tells the registry about itself when it opens.
 #[derive(Debug, Clone)]
@@ -103,6 +114,8 @@ pub struct ConnectionEntry {
     /// would cost more than all of them.
     channels: Mutex<Vec<ChannelDetails>>,
     consumers: Mutex<Vec<ConsumerDetails>>,
+    stream_publishers: Mutex<Vec<StreamPublisherDetails>>,
+    stream_consumers: Mutex<Vec<StreamConsumerDetails>>,
     close: Notify,
     close_reason: Mutex<Option<String>>,
 }
@@ -235,6 +248,8 @@ impl Registry {
             registry: Arc::downgrade(self),
             channels: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
+            stream_publishers: Mutex::new(Vec::new()),
+            stream_consumers: Mutex::new(Vec::new()),
             close: Notify::new(),
             close_reason: Mutex::new(None),
         });
@@ -274,6 +289,10 @@ pub struct GlobalCounters {
     pub unroutable_dropped: AtomicU64,
     pub unroutable_returned: AtomicU64,
     pub confirmed: AtomicU64,
+    /// The same totals for the stream protocol (Prometheus' `protocol="stream"` series).
+    pub stream_received: AtomicU64,
+    pub stream_confirmed: AtomicU64,
+    pub stream_delivered: AtomicU64,
     pub connections_opened: AtomicU64,
     pub connections_closed: AtomicU64,
     pub channels_opened: AtomicU64,

@@ -105,6 +105,15 @@ pub enum ListKind {
     Policies,
     OperatorPolicies,
     VhostLimits,
+    /// Stream protocol connections (rabbitmqctl's list_stream_connections).
+    #[value(alias = "stream_connections")]
+    StreamConnections,
+    /// Stream protocol publishers (rabbitmqctl's list_stream_publishers).
+    #[value(alias = "stream_publishers")]
+    StreamPublishers,
+    /// Stream protocol subscriptions (rabbitmqctl's list_stream_consumers).
+    #[value(alias = "stream_consumers")]
+    StreamConsumers,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,6 +21,7 @@ pub mod error;
 pub mod listen;
 pub mod prometheus;
 mod prometheus_detailed;
+mod prometheus_stream;
 pub mod query;
 pub mod rates;
 mod routes;

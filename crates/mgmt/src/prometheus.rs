@@ -87,7 +87,8 @@ pub fn render(state: &ApiState, per_object: bool) -> String {
     render_process(state, &mut f);
     render_objects(state, &mut f, queues.len());
     render_global(state, &mut f);
-    render_delivery_totals(&mut f, &queues);
+    render_delivery_totals(state, &mut f, &queues);
+    crate::prometheus_stream::render(state, &mut f, per_object);
     if per_object {
         render_per_queue(&mut f, &queues);
     } else {
@@ -272,51 +273,72 @@ fn render_objects(state: &ApiState, f: &mut Family<'_>, queue_count: usize) {
 
 fn render_global(state: &ApiState, f: &mut Family<'_>) {
     let c = state.broker.registry().counters();
-    let label = "protocol=\"amqp091\"";
-    let families: [(&str, &str, u64); 5] = [
+    let get = GlobalCounters::get;
+    // The stream protocol's series sit beside AMQP's in the families RabbitMQ gives them:
+    // received and confirmed; it routes nothing and has no unroutable messages.
+    let families: [(&str, &str, u64, Option<u64>); 5] = [
         ("rabbitmq_global_messages_received_total",
-         "Total number of messages received from publishers", GlobalCounters::get(&c.received)),
+         "Total number of messages received from publishers", get(&c.received),
+         Some(get(&c.stream_received))),
         ("rabbitmq_global_messages_routed_total",
-         "Total number of messages routed to queues or streams", GlobalCounters::get(&c.routed)),
+         "Total number of messages routed to queues or streams", get(&c.routed), None),
         ("rabbitmq_global_messages_unroutable_dropped_total",
          "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
-         GlobalCounters::get(&c.unroutable_dropped)),
+         get(&c.unroutable_dropped), None),
         ("rabbitmq_global_messages_unroutable_returned_total",
          "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
-         GlobalCounters::get(&c.unroutable_returned)),
+         get(&c.unroutable_returned), None),
         ("rabbitmq_global_messages_confirmed_total",
-         "Total number of messages confirmed to publishers", GlobalCounters::get(&c.confirmed)),
+         "Total number of messages confirmed to publishers", get(&c.confirmed),
+         Some(get(&c.stream_confirmed))),
     ];
-    for (name, help, value) in families {
+    for (name, help, amqp, stream) in families {
         f.header(name, "counter", help);
-        f.sample(name, label, value);
+        f.sample(name, AMQP091, amqp);
+        if let Some(stream) = stream {
+            f.sample(name, STREAM, stream);
+        }
     }
 }
 
-fn render_delivery_totals(f: &mut Family<'_>, queues: &[(String, String, QueueStatsSnapshot)]) {
+const AMQP091: &str = "protocol=\"amqp091\"";
+const STREAM: &str = "protocol=\"stream\"";
+
+fn render_delivery_totals(
+    state: &ApiState,
+    f: &mut Family<'_>,
+    queues: &[(String, String, QueueStatsSnapshot)],
+) {
     let sum = |pick: fn(&QueueStatsSnapshot) -> u64| -> u64 {
         queues.iter().map(|(_, _, s)| pick(s)).sum()
     };
-    let label = "protocol=\"amqp091\"";
-    for (name, help, value) in [
+    let stream_delivered =
+        GlobalCounters::get(&state.broker.registry().counters().stream_delivered);
+    for (name, help, value, stream) in [
         (
             "rabbitmq_global_messages_delivered_total",
             "Total number of messages delivered to consumers",
             sum(|s| s.delivered_total),
+            Some(stream_delivered),
         ),
         (
             "rabbitmq_global_messages_acknowledged_total",
             "Total number of messages acknowledged by consumers",
             sum(|s| s.acknowledged_total),
+            None,
         ),
         (
             "rabbitmq_global_messages_redelivered_total",
             "Total number of messages redelivered to consumers",
             sum(|s| s.redelivered_total),
+            None,
         ),
     ] {
         f.header(name, "counter", help);
-        f.sample(name, label, value);
+        f.sample(name, AMQP091, value);
+        if let Some(stream) = stream {
+            f.sample(name, STREAM, stream);
+        }
     }
 }
 

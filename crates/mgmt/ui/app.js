@@ -711,6 +711,17 @@ pages.queues = {
   },
 };
 
+// A stream's log figures, for the queue page's details.
+function streamDetails(q) {
+  if (q.type !== "stream") return "";
+  const offset = (o) => (o === undefined || o === null || o < 0 ? "–" : fmtNum(o));
+  return `<dt>Segments</dt><dd id="qp-segments">${fmtNum(q.segments)}</dd>
+    <dt>Size on disk</dt><dd>${fmtBytes(q.message_bytes)}</dd>
+    <dt>First offset</dt><dd>${offset(q.first_offset)}</dd>
+    <dt>Committed offset</dt><dd>${offset(q.committed_offset)}</dd>
+    <dt>First timestamp</dt><dd>${q.first_timestamp > 0 ? fmtTime(q.first_timestamp) : "–"}</dd>`;
+}
+
 // One queue.
 pages.queue = {
   title: "Queue",
@@ -846,7 +857,7 @@ pages.queue = {
       <dt>Virtual host</dt><dd>${esc(q.vhost)}</dd><dt>Node</dt><dd>${esc(q.node)}</dd>
       <dt>Durable</dt><dd>${q.durable ? "yes" : "no"}</dd><dt>Auto delete</dt><dd>${q.auto_delete ? "yes" : "no"}</dd>
       <dt>Exclusive</dt><dd>${q.exclusive ? "yes" : "no"}</dd><dt>Policy</dt><dd>${esc(q.policy || "–")}</dd>
-      <dt>Arguments</dt><dd class="mono">${esc(JSON.stringify(q.arguments || {}))}</dd></dl>`;
+      <dt>Arguments</dt><dd class="mono">${esc(JSON.stringify(q.arguments || {}))}</dd>${streamDetails(q)}</dl>`;
     this.draw(h);
   },
   draw(h) {
@@ -1009,6 +1020,57 @@ pages.channels = {
       { title: "Ack", key: "ack_rate", num: true, render: (c) => fmtRate(rateOf(c.message_stats, "ack")) },
       { title: "State", key: "state", render: (c) => `<span class="badge ok">${esc(c.state)}</span>` },
     ], list, "No open channels.");
+  },
+};
+
+// The stream protocol: its connections, publishers and consumers (the stream management
+// plugin's /api/stream routes).
+pages.streams = {
+  title: "Streams",
+  mount(view) {
+    view.innerHTML = `<div class="page-head"><div><h1>Streams</h1><div class="sub">Stream protocol connections, publishers and consumers</div></div></div>
+      <div class="card"><h2>Connections</h2><div id="s-connections" class="muted">loading…</div></div>
+      <div class="card mt-16"><h2>Publishers</h2><div id="s-publishers" class="muted">loading…</div></div>
+      <div class="card mt-16"><h2>Consumers</h2><div id="s-consumers" class="muted">loading…</div></div>`;
+    this.refresh();
+  },
+  async show(id, path, columns, empty) {
+    try { $(id).innerHTML = table(columns, await get(path), empty); } catch (e) { $(id).innerHTML = apiProblem(e, path); }
+  },
+  async refresh() {
+    const conn = (x) => `<span class="mono">${esc((x.connection_details || {}).name)}</span>`;
+    const stream = (x) => `<a href="#/queue/${enc(x.queue.vhost)}/${enc(x.queue.name)}">${esc(x.queue.name)}</a>`;
+    await Promise.all([
+      this.show("#s-connections", "/api/stream/connections", [
+        { title: "Name", key: "name", render: (c) => `<span class="mono">${esc(c.name)}</span>` },
+        { title: "User", key: "user" },
+        { title: "Virtual host", key: "vhost" },
+        { title: "Frame max", key: "frame_max", num: true },
+        { title: "Heartbeat", key: "timeout", num: true, render: (c) => esc(c.timeout) + " s" },
+        { title: "Connected at", key: "connected_at", render: (c) => fmtTime(c.connected_at) },
+        { title: "State", key: "state", render: (c) => `<span class="badge ok">${esc(c.state)}</span>` },
+      ], "No stream client is connected."),
+      this.show("#s-publishers", "/api/stream/publishers", [
+        { title: "Virtual host", key: "vhost", render: (p) => esc(p.queue.vhost) },
+        { title: "Stream", key: "stream", render: stream },
+        { title: "Id", key: "publisher_id", num: true },
+        { title: "Reference", key: "reference" },
+        { title: "Published", key: "published", num: true, render: (p) => fmtNum(p.published) },
+        { title: "Confirmed", key: "confirmed", num: true, render: (p) => fmtNum(p.confirmed) },
+        { title: "Errored", key: "errored", num: true, render: (p) => fmtNum(p.errored) },
+        { title: "Connection", key: "connection", render: conn },
+      ], "No stream publishers."),
+      this.show("#s-consumers", "/api/stream/consumers", [
+        { title: "Virtual host", key: "vhost", render: (c) => esc(c.queue.vhost) },
+        { title: "Stream", key: "stream", render: stream },
+        { title: "Subscription", key: "subscription_id", num: true },
+        { title: "Credits", key: "credits", num: true },
+        { title: "Consumed", key: "consumed", num: true, render: (c) => fmtNum(c.consumed) },
+        { title: "Offset", key: "offset", num: true, render: (c) => fmtNum(c.offset) },
+        { title: "Offset lag", key: "offset_lag", num: true, render: (c) => fmtNum(c.offset_lag) },
+        { title: "Connection", key: "connection", render: conn },
+      ], "No stream consumers."),
+    ]);
   },
 };
 

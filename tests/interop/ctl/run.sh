@@ -157,28 +157,26 @@ expect '\| ex +\| topic +\| true +\| false' list exchanges --vhost "$vh"
 expect '\| ex2 +\| fanout +\| false +\| true' list exchanges --vhost "$vh"
 expect "queue 'q1' declared" declare queue --vhost "$vh" --name q1 \
   --arguments '{"x-max-length":100}'
-# Warren has classic queues only: quorum queues and streams are refused with RabbitMQ's
+# Warren has classic queues and streams: quorum queues are refused with RabbitMQ's
 # precondition text (400 from the API, exit 1 from ctl), never served as classic ones.
 warren=""
 if ctl status --json | grep -q '"warren_product": "Warren"'; then
   warren=1
   expect_error "queue type 'quorum' is not supported by Warren yet" declare queue \
     --vhost "$vh" --name q2 --type quorum
-  expect_error "queue type 'stream' is not supported by Warren yet" declare queue \
-    --vhost "$vh" --name q3 --type stream
   expect "queue 'q2' declared" declare queue --vhost "$vh" --name q2 --type classic
   expect '\| q2 +\| classic +\| true' list queues --vhost "$vh"
 else
   expect "queue 'q2' declared" declare queue --vhost "$vh" --name q2 --type quorum
-  expect "queue 'q3' declared" declare queue --vhost "$vh" --name q3 --type stream
 fi
+expect "queue 'q3' declared" declare queue --vhost "$vh" --name q3 --type stream
 expect "queue 'q4' declared" declare queue --vhost "$vh" --name q4 --durable false \
   --auto-delete --type classic
 expect '\| q1 +\| classic +\| true +\| false' list queues --vhost "$vh"
 if [[ -z "$warren" ]]; then
   expect '\| q2 +\| quorum +\| true' list queues --vhost "$vh"
-  expect '\| q3 +\| stream +\| true' list queues --vhost "$vh"
 fi
+expect '\| q3 +\| stream +\| true' list queues --vhost "$vh"
 expect '\| q4 +\| classic +\| false +\| true' list queues --vhost "$vh"
 expect "\\| $vh +\\| q1 " list queues --all-vhosts
 expect '"x-max-length": 100' list queues --vhost "$vh" --json
@@ -213,6 +211,15 @@ expect '^(No items$|\+)' list channels --all-vhosts
 expect '^(No items$|\+)' list consumers --vhost "$vh"
 expect '^(No items$|\+)' list consumers --all-vhosts
 expect '^\[' list connections --json
+
+# --- stream connections, publishers, consumers (RabbitMQ: with rabbitmq_stream_management) -
+if [[ -n "$warren" ]] || ctl list stream-connections --all-vhosts >/dev/null 2>&1; then
+  for kind in stream-connections stream-publishers stream-consumers; do
+    expect '^(No items$|\+)' list "$kind" --vhost "$vh"
+    expect '^\[' list "$kind" --all-vhosts --json
+  done
+  expect '^(No items$|\+)' list stream_publishers --vhost "$vh"
+fi
 
 # --- policies, operator policies, limits ---------------------------------------------------
 expect "policy 'p1' declared" declare policy --vhost "$vh" --name p1 --pattern '^q1$' \

@@ -277,6 +277,7 @@ def run(args, browser, checks):
     parts = urllib.parse.urlsplit(args.http_url.rstrip("/"))
     http_url = f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
     queue = f"ui-test-{os.getpid()}-{int(time.time()) % 100000}"
+    stream = queue + "-stream"
     os.makedirs(args.out, exist_ok=True)
 
     browser.navigate(http_url + "/")
@@ -409,6 +410,32 @@ def run(args, browser, checks):
         checks.append("exchanges page lists amq.direct")
         browser.screenshot(os.path.join(args.out, "exchanges.png"))
 
+        # A stream: its type in the queues list, its log figures on its page, and the Streams
+        # page with the stream protocol's connections, publishers and consumers.
+        stream_path = f"/api/queues/%2F/{urllib.parse.quote(stream, safe='')}"
+        api(http_url, "PUT", stream_path,
+            {"durable": True, "auto_delete": False, "arguments": {"x-queue-type": "stream"}})
+        for i in range(3):
+            api(http_url, "POST", "/api/exchanges/%2F/amq.default/publish",
+                {"routing_key": stream, "payload": f"event {i}", "payload_encoding": "string",
+                 "properties": {}})
+        browser.eval("location.hash = '#/queues'")
+        browser.wait_for(f"((document.querySelector('tr[data-queue={js(stream)}] td[data-col=type]') || {{}})"
+                         ".textContent || '') === 'stream'", "the stream's type in the queues list")
+        browser.eval(f"location.hash = '#/queue/%2F/' + encodeURIComponent({js(stream)})")
+        browser.wait_for("!!document.querySelector('#qp-segments')", "the stream's segments on its page")
+        browser.wait_for(f"(document.querySelector('#qp-total') || {{}}).textContent === '3'",
+                         "the stream's 3 messages")
+        checks.append("stream shown with its type, segments and messages")
+        browser.screenshot(os.path.join(args.out, "stream.png"))
+        browser.eval("location.hash = '#/streams'")
+        browser.wait_for("['#s-connections', '#s-publishers', '#s-consumers'].every((id) =>"
+                         " !!document.querySelector(id + ' table, ' + id + ' .notice')"
+                         " || document.querySelector(id).textContent.startsWith('No stream'))",
+                         "the Streams page's three lists")
+        checks.append("Streams page lists stream connections, publishers and consumers")
+        browser.screenshot(os.path.join(args.out, "streams.png"))
+
         # Users: a table, or a clear message where this build has no /api/users.
         browser.eval("location.hash = '#/users'")
         browser.wait_for("!!document.querySelector('#l-table table, #l-table .notice')", "the users page")
@@ -420,10 +447,11 @@ def run(args, browser, checks):
                 connection.close()
             except Exception:  # noqa: BLE001 - best effort
                 pass
-        try:
-            api(http_url, "DELETE", f"/api/queues/%2F/{urllib.parse.quote(queue, safe='')}")
-        except Failure as error:
-            log(f"cleanup: {error}")
+        for name in (queue, stream):
+            try:
+                api(http_url, "DELETE", f"/api/queues/%2F/{urllib.parse.quote(name, safe='')}")
+            except Failure as error:
+                log(f"cleanup: {error}")
 
     if browser.errors:
         raise Failure("JavaScript errors on the page: " + "; ".join(browser.errors[:5]))

@@ -60,6 +60,36 @@ const CONSUMERS: &[Column] = &[
     ("prefetch", "prefetch_count"),
     ("active", "active"),
 ];
+const STREAM_CONNECTIONS: &[Column] = &[
+    ("name", "name"),
+    ("user", "user"),
+    ("vhost", "vhost"),
+    ("state", "state"),
+    ("peer_host", "peer_host"),
+    ("peer_port", "peer_port"),
+    ("frame_max", "frame_max"),
+    ("heartbeat", "timeout"),
+];
+const STREAM_PUBLISHERS: &[Column] = &[
+    ("vhost", "queue.vhost"),
+    ("stream", "queue.name"),
+    ("publisher_id", "publisher_id"),
+    ("reference", "reference"),
+    ("published", "published"),
+    ("confirmed", "confirmed"),
+    ("errored", "errored"),
+    ("connection", "connection_details.name"),
+];
+const STREAM_CONSUMERS: &[Column] = &[
+    ("vhost", "queue.vhost"),
+    ("stream", "queue.name"),
+    ("subscription_id", "subscription_id"),
+    ("credits", "credits"),
+    ("consumed", "consumed"),
+    ("offset", "offset"),
+    ("offset_lag", "offset_lag"),
+    ("connection", "connection_details.name"),
+];
 const USERS: &[Column] = &[("name", "name"), ("tags", "tags")];
 const VHOSTS: &[Column] = &[
     ("name", "name"),
@@ -147,6 +177,21 @@ pub(super) fn list(kind: ListKind, vhost: &str, all_vhosts: bool) -> (String, &'
             format!("/api/vhost-limits/{vh}"),
             "/api/vhost-limits",
             VHOST_LIMITS,
+        ),
+        ListKind::StreamConnections => (
+            format!("/api/stream/connections/{vh}"),
+            "/api/stream/connections",
+            STREAM_CONNECTIONS,
+        ),
+        ListKind::StreamPublishers => (
+            format!("/api/stream/publishers/{vh}"),
+            "/api/stream/publishers",
+            STREAM_PUBLISHERS,
+        ),
+        ListKind::StreamConsumers => (
+            format!("/api/stream/consumers/{vh}"),
+            "/api/stream/consumers",
+            STREAM_CONSUMERS,
         ),
     };
     if all_vhosts {

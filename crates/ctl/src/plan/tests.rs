@@ -52,6 +52,18 @@ fn lists_are_vhost_scoped_unless_all_vhosts() {
         get("/api/channels")
     );
     assert_eq!(request_of("list consumers"), get("/api/consumers/%2F"));
+    assert_eq!(
+        request_of("list stream_connections"),
+        get("/api/stream/connections/%2F")
+    );
+    assert_eq!(
+        request_of("list stream-publishers --all-vhosts"),
+        get("/api/stream/publishers")
+    );
+    assert_eq!(
+        request_of("list stream_consumers"),
+        get("/api/stream/consumers/%2F")
+    );
     assert_eq!(request_of("list users"), get("/api/users"));
     assert_eq!(request_of("list vhosts"), get("/api/vhosts"));
     assert_eq!(

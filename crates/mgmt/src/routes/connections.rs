@@ -16,7 +16,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::query::{self, Params};
 use crate::ApiState;
 
-fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
+pub(crate) fn connection_json(state: &ApiState, entry: &ConnectionEntry) -> Json_ {
     let d = &entry.details;
     let [recv_oct, recv_cnt, send_oct, send_cnt] = entry.stats.snapshot();
     let [recv_rate, _, send_rate, _] = state.rates.connection(d.id);
@@ -124,7 +124,7 @@ fn consumer_json(state: &ApiState, entry: &ConnectionEntry, consumer: &ConsumerD
 /// The connections a user sees (RabbitMQ's `filter_conn_ch_list`): those of one vhost when
 /// `vhost` names one (404 when it does not exist, 401 without permissions in it), and only
 /// the user's own unless they are a monitor.
-fn connections_for(
+pub(crate) fn connections_for(
     state: &ApiState,
     user: &AuthUser,
     vhost: Option<&str>,
@@ -196,7 +196,7 @@ pub async fn channels_in(
 
 /// One connection, for its owner, and for monitors (GET) or administrators (DELETE), as
 /// RabbitMQ's `is_authorized_user`.
-fn find(
+pub(crate) fn find(
     state: &ApiState,
     user: &AuthUser,
     name: &str,
@@ -352,7 +352,7 @@ pub async fn close_of_user(
 
 /// `X-Reason`, else RabbitMQ's text; the protocol side writes the reply code's name before
 /// it (`CONNECTION_FORCED - ...`).
-fn close_reason(headers: &HeaderMap) -> String {
+pub(crate) fn close_reason(headers: &HeaderMap) -> String {
     headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())

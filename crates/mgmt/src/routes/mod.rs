@@ -9,6 +9,7 @@ mod extras;
 pub(crate) mod overview;
 mod permit;
 mod queues;
+pub(crate) mod streams;
 mod unsupported;
 
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub fn api_router(
     extend: impl FnOnce(Router<Arc<ApiState>>) -> Router<Arc<ApiState>>,
 ) -> Router {
     let api = Router::new();
-    let api = overview_routes(connection_routes(api));
+    let api = overview_routes(stream_routes(connection_routes(api)));
     let api = binding_routes(queue_routes(exchange_routes(api)));
     let api = policy_routes(access_routes(api));
     let api = rabbitmq_4_extras(rabbitmq_4_health_checks(api));
@@ -76,6 +77,38 @@ fn connection_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
         .route("/api/channels", get(connections::channels))
         .route("/api/consumers", get(connections::consumers))
         .route("/api/consumers/{vhost}", get(connections::consumers_in))
+}
+
+/// The stream management plugin's routes: stream connections, publishers and consumers.
+fn stream_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
+    api.route("/api/stream/connections", get(streams::connections))
+        .route(
+            "/api/stream/connections/{vhost}",
+            get(streams::connections_in),
+        )
+        .route(
+            "/api/stream/connections/{vhost}/{name}",
+            get(streams::connection).delete(streams::close),
+        )
+        .route(
+            "/api/stream/connections/{vhost}/{name}/publishers",
+            get(streams::connection_publishers),
+        )
+        .route(
+            "/api/stream/connections/{vhost}/{name}/consumers",
+            get(streams::connection_consumers),
+        )
+        .route("/api/stream/publishers", get(streams::publishers))
+        .route(
+            "/api/stream/publishers/{vhost}",
+            get(streams::publishers_in),
+        )
+        .route(
+            "/api/stream/publishers/{vhost}/{stream}",
+            get(streams::publishers_of),
+        )
+        .route("/api/stream/consumers", get(streams::consumers))
+        .route("/api/stream/consumers/{vhost}", get(streams::consumers_in))
 }
 
 /// Exchanges: list, declare, delete, publish, and the bindings they take part in.

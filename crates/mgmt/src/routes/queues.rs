@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde_json::{json, Map, Value as Json_};
 use warren_core::access::{Perm, ResourceKind};
+use warren_core::queue::stream::StreamHandle;
 use warren_core::queue::{QueueCmd, QueueHandle, SettleOp};
 use warren_core::vhost::{QueueDeclare, VHost};
 
@@ -27,7 +28,7 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
     let stats = queue.stats();
     let rates = state.rates.queue(&def.vhost, &def.name);
     let messages = stats.messages_ready + stats.messages_unacknowledged;
-    json!({
+    let mut body = json!({
         "name": def.name.as_ref(),
         "vhost": def.vhost.as_ref(),
         "type": queue.kind().name(),
@@ -59,7 +60,42 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
             "ack": stats.acknowledged_total, "ack_details": rate(rates.ack),
             "redeliver": stats.redelivered_total, "redeliver_details": rate(rates.redeliver),
         },
-    })
+    });
+    if let Some(stream) = queue.stream() {
+        stream_figures(&mut body, stream);
+    }
+    body
+}
+
+/// A stream's figures, read from its log: RabbitMQ's stream queue info items (`messages`,
+/// `committed_offset`, `committed_chunk_id`, `segments`, `first_timestamp`, -1 when the
+/// stream is empty as osiris' counters say) and Warren's `first_offset` and the log's size in
+/// `message_bytes`. A stream has nothing unacknowledged: every record stays readable.
+fn stream_figures(body: &mut Json_, stream: &StreamHandle) {
+    let log = stream.view().stats();
+    let messages = log.next_offset.saturating_sub(log.first_offset);
+    let last_offset = log
+        .next_offset
+        .checked_sub(1)
+        .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
+    let last_chunk = stream
+        .view()
+        .last_chunk_offset()
+        .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
+    let figures = json!({
+        "messages": messages,
+        "messages_ready": messages,
+        "messages_unacknowledged": 0,
+        "message_bytes": log.bytes,
+        "segments": log.segments,
+        "first_offset": log.first_offset,
+        "committed_offset": last_offset,
+        "committed_chunk_id": last_chunk,
+        "first_timestamp": log.first_timestamp_ms.unwrap_or(-1),
+    });
+    if let (Some(body), Json_::Object(figures)) = (body.as_object_mut(), figures) {
+        body.extend(figures);
+    }
 }
 
 fn queues_of(state: &ApiState, vhosts: &[Arc<VHost>]) -> Vec<Json_> {

@@ -21,7 +21,7 @@ use warren_core::access::Grant;
 use warren_core::alarm::AlarmSet;
 use warren_core::consumer::ConnectionId;
 use warren_core::queue::stream::{ConfirmInbox, StreamOutcome};
-use warren_core::registry::{ConnectionDetails, Registration};
+use warren_core::registry::{ConnectionDetails, ConnectionEntry, Registration};
 use warren_core::vhost::{VHost, VHostConnection};
 use warren_proto::stream::{
     decode_command, decode_frame, key, response_code, Command, ConnectionCommand, DecodeError,
@@ -391,7 +391,7 @@ impl Connection {
     fn register(&mut self) {
         let details = ConnectionDetails {
             id: self.id,
-            protocol: "RabbitMQ Stream",
+            protocol: "stream",
             peer: self.peer,
             local: self.local,
             user: self.user.clone(),
@@ -399,7 +399,7 @@ impl Connection {
                 .vhost
                 .as_ref()
                 .map_or_else(|| Arc::from(""), |v| v.name().clone()),
-            client_properties: Bytes::new(),
+            client_properties: peer_properties_table(&self.client_properties),
             channel_max: 0,
             frame_max: self.frame_max,
             heartbeat: u16::try_from(self.heartbeat).unwrap_or(u16::MAX),
@@ -410,6 +410,11 @@ impl Connection {
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         };
         self.registration = Some(self.shared.broker.registry().register(details));
+    }
+
+    /// The registry's entry of this connection, to list its publishers and subscriptions.
+    pub(super) fn registry_entry(&self) -> Option<&Arc<ConnectionEntry>> {
+        self.registration.as_ref().map(Registration::entry)
     }
 
     /// After the server's Close: reads and drops frames until the client's Close response
@@ -438,6 +443,23 @@ impl Connection {
         self.closed_by_client = true;
         Fault::Gone("closed by client".into())
     }
+}
+
+/// The client's peer properties as an AMQP 0.9.1 field table body of long strings: the form
+/// the registry keeps client properties in, for the management API to show.
+fn peer_properties_table(properties: &[(String, String)]) -> Bytes {
+    use warren_proto::amqp091::{FieldTable, FieldValue};
+    let mut table = FieldTable::default();
+    for (key, value) in properties {
+        table.insert(
+            key.as_str(),
+            FieldValue::LongStr(Bytes::from(value.clone())),
+        );
+    }
+    let mut encoded = bytes::BytesMut::with_capacity(table.encoded_len());
+    table.encode(&mut encoded);
+    // The registry keeps the body without the table's u32 length prefix.
+    encoded.freeze().slice(4..)
 }
 
 /// Resolves when the management API asks the connection to close (never without a

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use warren_core::access::{Perm, ResourceKind};
 use warren_core::queue::stream::{StreamHandle, StreamOutcome, StreamPublish};
+use warren_core::registry::StreamPublisherGuard;
 use warren_proto::stream::{key, response_code, Command, PublishCommand, PublishedMessage};
 use warren_store::Entry;
 
@@ -30,6 +31,8 @@ pub struct Publisher {
     pub stream: Arc<str>,
     pub reference: Option<Arc<str>>,
     pub handle: StreamHandle,
+    /// Lists the publisher in the management API while it lives, and counts its messages.
+    pub listed: Option<StreamPublisherGuard>,
 }
 
 /// A publisher's messages not yet handed to its stream.
@@ -110,6 +113,9 @@ impl Connection {
             self.publish_error(publisher_id, ids, response_code::PUBLISHER_DOES_NOT_EXIST);
             return Ok(());
         };
+        if let Some(listed) = &publisher.listed {
+            listed.published(messages.len() as u64);
+        }
         let (handle, reference) = (publisher.handle.clone(), publisher.reference.clone());
         let same = self
             .pending
@@ -174,6 +180,9 @@ impl Connection {
     pub(super) fn write_outcome(&mut self, outcome: StreamOutcome) {
         match outcome {
             StreamOutcome::Confirmed { publisher_id, ids } => {
+                if let Some(listed) = self.listed_publisher(publisher_id) {
+                    listed.confirmed(ids.len() as u64);
+                }
                 for ids in ids.chunks(OUTCOME_IDS_MAX) {
                     let confirm = PublishCommand::PublishConfirm {
                         publisher_id,
@@ -191,6 +200,9 @@ impl Connection {
     }
 
     fn publish_error(&mut self, publisher_id: u8, ids: Vec<u64>, code: u16) {
+        if let Some(listed) = self.listed_publisher(publisher_id) {
+            listed.errored(ids.len() as u64);
+        }
         for ids in ids.chunks(OUTCOME_IDS_MAX) {
             let error = PublishCommand::PublishError {
                 publisher_id,
@@ -249,13 +261,23 @@ impl Connection {
         };
         let stream: Arc<str> = Arc::from(stream);
         self.watch(&stream, &handle);
+        let reference: Option<Arc<str>> = reference.map(Arc::from);
+        let listed = self
+            .registry_entry()
+            .map(|e| e.add_stream_publisher(publisher_id, stream.clone(), reference.clone()));
         let publisher = Publisher {
             stream,
-            reference: reference.map(Arc::from),
+            reference,
             handle,
+            listed,
         };
         self.publishers.insert(publisher_id, publisher);
         response_code::OK
+    }
+
+    /// The management API's record of a publisher, to count its outcomes.
+    fn listed_publisher(&self, publisher_id: u8) -> Option<&StreamPublisherGuard> {
+        self.publishers.get(&publisher_id)?.listed.as_ref()
     }
 
     /// QueryPublisherSequence: the last publishing id stored for `reference` (0 for none).

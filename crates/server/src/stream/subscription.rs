@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use warren_core::access::Perm;
 use warren_core::queue::stream::StreamHandle;
+use warren_core::registry::StreamConsumerGuard;
 use warren_proto::stream::{
     encode_deliver_header, key, response_code, AdminCommand, Command, OffsetSpec, Properties,
     SubscribeCommand,
@@ -54,6 +55,8 @@ pub struct Subscription {
     /// Chunks the client allows (Subscribe's initial credit, then Credit commands).
     credit: Arc<Semaphore>,
     task: JoinHandle<()>,
+    /// Lists the subscription in the management API while it lives, and counts deliveries.
+    listed: Option<StreamConsumerGuard>,
 }
 
 impl Connection {
@@ -150,12 +153,23 @@ impl Connection {
             serial,
             events_tx: self.events_tx.clone(),
         };
+        let listed = self.registry_entry().map(|entry| {
+            let listed = entry.add_stream_consumer(
+                subscription_id,
+                stream.clone(),
+                properties.clone(),
+                credit.clone(),
+            );
+            listed.starts_at(reading.reader.position());
+            listed
+        });
         let task = tokio::spawn(reading.run());
         let subscription = Subscription {
             stream,
             serial,
             credit,
             task,
+            listed,
         };
         self.subscriptions.insert(subscription_id, subscription);
         response_code::OK
@@ -173,6 +187,11 @@ impl Connection {
                 let current = self.subscriptions.get(&subscription_id);
                 if current.is_none_or(|s| s.serial != serial) {
                     return; // unsubscribed meanwhile
+                }
+                if let Some(listed) = current.and_then(|s| s.listed.as_ref()) {
+                    let records = u64::from(chunk.num_records);
+                    let last = chunk.first_offset + records.saturating_sub(1);
+                    listed.delivered(records, last);
                 }
                 let committed = self.deliver_v2.then_some(committed_chunk_id);
                 let bytes = std::slice::from_ref(&chunk.bytes);
