@@ -269,7 +269,8 @@ impl Connection {
         }
         let (priority, start) = consumer_arguments(&queue, &consume.arguments)
             .and_then(|found| {
-                check_stream_consumer(&queue, &consume, &self.channels[&id]).map(|()| found)
+                super::stream_consume::check_stream_consumer(&queue, &consume, &self.channels[&id])
+                    .map(|()| found)
             })
             .map_err(|error| Fault::broker(id, error, cause))?;
         let channel = self.channels.get_mut(&id).expect("invariant: open channel");
@@ -776,48 +777,6 @@ fn consumer_arguments(
         ))
     })?;
     Ok((priority, start))
-}
-
-/// What a stream refuses of an AMQP 0.9.1 consumer (RabbitMQ's
-/// `rabbit_stream_queue:consume`): it must acknowledge, with a prefetch count, and without a
-/// channel-wide (global) one. Filtering is not built yet.
-fn check_stream_consumer(
-    queue: &QueueHandle,
-    consume: &BasicConsume,
-    channel: &super::channel::Channel,
-) -> Result<(), BrokerError> {
-    if queue.kind() != QueueType::Stream {
-        return Ok(());
-    }
-    let resource = queue.def().resource();
-    if channel.consumer_prefetch == 0 {
-        return Err(BrokerError::precondition_failed(format!(
-            "consumer prefetch count is not set for stream {resource}"
-        )));
-    }
-    if consume.no_ack {
-        return Err(BrokerError::new(
-            ErrorKind::NotImplemented,
-            format!("automatic acknowledgement not supported by stream {resource}"),
-        ));
-    }
-    if channel.channel_prefetch != 0 {
-        return Err(BrokerError::new(
-            ErrorKind::NotImplemented,
-            format!("{resource} does not support global qos"),
-        ));
-    }
-    let filter = ["x-stream-filter", "x-stream-match-unfiltered"];
-    if let Some(key) = filter
-        .iter()
-        .find(|key| consume.arguments.get(key).is_some())
-    {
-        return Err(BrokerError::precondition_failed(format!(
-            "invalid arg '{key}' for {resource}: stream filtering is not supported by Warren \
-             yet; consume without it"
-        )));
-    }
-    Ok(())
 }
 
 fn unknown_tag(id: u16, delivery_tag: u64, cause: Cause) -> Fault {

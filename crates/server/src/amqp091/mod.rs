@@ -13,6 +13,7 @@ mod handshake;
 mod hold;
 mod publish;
 mod registration;
+mod stream_consume;
 mod throttle;
 mod topology;
 mod tx;
