@@ -545,6 +545,7 @@ async fn load_definitions_imports_a_file_at_start() {
     let data_dir = tempfile::tempdir().unwrap();
     let config = warren_server::Config {
         amqp_port: 0,
+        stream_port: 0,
         management_port: None,
         prometheus_port: None,
         bind_address: [127, 0, 0, 1].into(),

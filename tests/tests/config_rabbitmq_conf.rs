@@ -16,6 +16,7 @@ fn operator_file(data_dir: &std::path::Path) -> String {
     format!(
         "# rabbitmq.conf\n\
          listeners.tcp.default = 0\n\
+         stream.listeners.tcp.default = 0\n\
          management.tcp.port = 0\n\
          prometheus.tcp.port = 0\n\
          heartbeat = 30\n\
@@ -113,6 +114,7 @@ async fn several_amqp_listeners_and_http_on_addresses_of_their_own() {
     let conf = format!(
         "listeners.tcp.1 = 127.0.0.1:0\n\
          listeners.tcp.2 = ::1:0\n\
+         stream.listeners.tcp.default = 0\n\
          management.tcp.ip = ::1\n\
          management.tcp.port = 0\n\
          prometheus.tcp.ip = 127.0.0.1\n\

@@ -17,6 +17,8 @@ impl Broker {
             management_port: None,
             prometheus_port: None,
             amqp_port: 0,
+            // The stream listener would take 5552, which parallel tests share.
+            stream_port: 0,
             bind_address: [127, 0, 0, 1].into(),
             data_dir: data_dir.path().to_path_buf(),
             ..Default::default()

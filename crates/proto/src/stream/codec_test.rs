@@ -427,12 +427,12 @@ fn every_short_body_is_a_typed_error() {
 /// and ResolveOffsetSpec cut right before their properties decode as that.
 fn without_properties(command: &Command) -> Command {
     let mut command = command.clone();
-    match &mut command {
-        Command::Subscribe(
-            SubscribeCommand::Subscribe { properties, .. }
-            | SubscribeCommand::ResolveOffsetSpecRequest { properties, .. },
-        ) => properties.clear(),
-        _ => {}
+    if let Command::Subscribe(
+        SubscribeCommand::Subscribe { properties, .. }
+        | SubscribeCommand::ResolveOffsetSpecRequest { properties, .. },
+    ) = &mut command
+    {
+        properties.clear();
     }
     command
 }
