@@ -185,7 +185,16 @@ impl Lifecycle for Connection {
                     return Err(Fault::forced("broker forced connection closure with reason \
                                               'shutdown'"));
                 }
-                reason = close_requested(entry.as_deref()) => return Err(Fault::forced(reason)),
+                reason = close_requested(entry.as_deref()) => {
+                    // As RabbitMQ's stream reader: the socket is closed without a Close
+                    // command, which clients read as an unexpected loss and recover from
+                    // (the Java client does not recover after a server Close).
+                    tracing::info!(
+                        connection = self.id, peer = %self.peer, %reason,
+                        "stream connection closed by request"
+                    );
+                    return Err(Fault::Gone(reason));
+                }
             }
             self.write_outcomes();
             self.flush().await?;
