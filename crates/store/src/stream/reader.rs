@@ -5,14 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use super::chunk::{Header, CHUNK_USER};
+use super::chunk::CHUNK_USER;
 use super::segment::{IndexRecord, Segment};
 use super::view::Shared;
 use super::Chunk;
 use crate::error::StoreError;
-use crate::io::read_exact_at;
 
 /// Index records a reader fetches at once (64 KiB of a sealed index).
 const RECORDS_PER_READ: usize = 1365;
@@ -150,15 +147,9 @@ impl LogReader {
             .segment
             .as_ref()
             .expect("invariant: a record was read from the reader's segment");
-        let mut bytes = vec![0u8; record.size as usize];
-        read_exact_at(segment.file.as_ref(), &mut bytes, record.position)?;
-        let header = Header::decode(&bytes).map_err(|what| StoreError::Corrupt {
-            file: segment.path().to_path_buf(),
-            offset: record.position,
-            what,
-        })?;
+        let (header, chunk) = segment.read_chunk(record)?;
         if header.first_offset != record.first_offset
-            || header.deliver_bytes() != bytes.len() as u64
+            || header.deliver_bytes() != chunk.bytes.len() as u64
         {
             return Err(StoreError::Corrupt {
                 file: segment.path().to_path_buf(),
@@ -172,13 +163,6 @@ impl LogReader {
                 ),
             });
         }
-        Ok(Chunk {
-            first_offset: header.first_offset,
-            num_entries: header.num_entries,
-            num_records: header.num_records,
-            timestamp_ms: header.timestamp_ms,
-            epoch: header.epoch,
-            bytes: Bytes::from(bytes),
-        })
+        Ok(chunk)
     }
 }

@@ -15,7 +15,6 @@ use super::segment::{
     file_path, IndexRecord, Segment, FILE_HEADER_BYTES, INDEX_MAGIC, RECORD_BYTES, SEGMENT_MAGIC,
 };
 use super::tracking::Tracking;
-use super::Chunk;
 use crate::error::StoreError;
 use crate::io::{read_exact_at, write_all_at, Io, LogFile};
 
@@ -469,21 +468,7 @@ pub(crate) fn recover_tracking(segment: &Segment) -> Result<Tracking, StoreError
 
 /// The one entry of a tracking chunk.
 fn tracking_entry(segment: &Segment, record: &IndexRecord) -> Result<bytes::Bytes, StoreError> {
-    let mut bytes = vec![0u8; record.size as usize];
-    read_exact_at(segment.file.as_ref(), &mut bytes, record.position)?;
-    let header = Header::decode(&bytes).map_err(|what| StoreError::Corrupt {
-        file: segment.path().to_path_buf(),
-        offset: record.position,
-        what,
-    })?;
-    let chunk = Chunk {
-        first_offset: header.first_offset,
-        num_entries: header.num_entries,
-        num_records: header.num_records,
-        timestamp_ms: header.timestamp_ms,
-        epoch: header.epoch,
-        bytes: bytes.into(),
-    };
+    let (_, chunk) = segment.read_chunk(record)?;
     let entry = chunk.records().next();
     entry
         .unwrap_or_else(|| Ok((0, bytes::Bytes::new())))

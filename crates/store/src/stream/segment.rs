@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::chunk::{be_u32, be_u64};
+use super::chunk::{be_u32, be_u64, Header};
+use super::Chunk;
 use crate::error::StoreError;
 use crate::io::{read_exact_at, LogFile};
 
@@ -239,5 +240,26 @@ impl Segment {
 
     pub fn path(&self) -> &Path {
         self.file.path()
+    }
+
+    /// Reads the chunk `record` points at with one `pread` (header, Bloom bytes and data, as
+    /// the index sizes it) and decodes its header; readers and recovery both read this way.
+    pub fn read_chunk(&self, record: &IndexRecord) -> Result<(Header, Chunk), StoreError> {
+        let mut bytes = vec![0u8; record.size as usize];
+        read_exact_at(self.file.as_ref(), &mut bytes, record.position)?;
+        let header = Header::decode(&bytes).map_err(|what| StoreError::Corrupt {
+            file: self.path().to_path_buf(),
+            offset: record.position,
+            what,
+        })?;
+        let chunk = Chunk {
+            first_offset: header.first_offset,
+            num_entries: header.num_entries,
+            num_records: header.num_records,
+            timestamp_ms: header.timestamp_ms,
+            epoch: header.epoch,
+            bytes: bytes.into(),
+        };
+        Ok((header, chunk))
     }
 }
