@@ -435,3 +435,7 @@ impl Writer {
 #[cfg(test)]
 #[path = "driver_test.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "power_cut_test.rs"]
+mod power_cut_tests;
