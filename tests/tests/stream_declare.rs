@@ -257,3 +257,68 @@ async fn purge_and_get_are_refused_and_a_redeclared_stream_starts_empty() {
         "a stream declared again starts empty"
     );
 }
+
+/// A vhost whose `default_queue_type` is stream makes a durable queue declared without
+/// `x-queue-type` a stream; exclusive, auto-delete and transient ones stay classic, as
+/// RabbitMQ's `augment_declare_args` decides; `quorum` as the default is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vhost_with_default_queue_type_stream_declares_streams() {
+    let broker = TestBroker::start().await;
+    if broker.skip_if_external("creates a vhost through the management API") {
+        return;
+    }
+    let api = Api::new(&broker);
+    let vhost = unique("dqt");
+    let path = format!("/api/vhosts/{vhost}");
+    let quorum = serde_json::json!({"default_queue_type": "quorum"});
+    let (status, body) = api.send(reqwest::Method::PUT, &path, Some(quorum)).await;
+    assert_eq!(
+        status.as_u16(),
+        400,
+        "quorum as the default is refused: {body}"
+    );
+    let stream = serde_json::json!({"default_queue_type": "stream"});
+    let (status, body) = api.send(reqwest::Method::PUT, &path, Some(stream)).await;
+    assert!(status.is_success(), "{status}: {body}");
+    let path = format!("/api/permissions/{vhost}/guest");
+    let everything = serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"});
+    let (status, body) = api
+        .send(reqwest::Method::PUT, &path, Some(everything))
+        .await;
+    assert!(status.is_success(), "{status}: {body}");
+    let connection = warren_tests::connect_url(&broker.url_as("guest", "guest", &vhost)).await;
+    let channel = connection.create_channel().await.unwrap();
+    let shapes = [
+        ("durable", durable(), "stream"),
+        (
+            "exclusive",
+            QueueDeclareOptions {
+                exclusive: true,
+                ..durable()
+            },
+            "classic",
+        ),
+        (
+            "auto-delete",
+            QueueDeclareOptions {
+                auto_delete: true,
+                ..durable()
+            },
+            "classic",
+        ),
+        ("transient", QueueDeclareOptions::default(), "classic"),
+    ];
+    for (shape, options, expected) in shapes {
+        let name = unique(shape);
+        bounded!(channel.queue_declare(name.as_str().into(), options, FieldTable::default()))
+            .unwrap_or_else(|error| panic!("declaring a {shape} queue: {error}"));
+        let listed = api.get(&format!("/api/queues/{vhost}/{name}")).await;
+        assert_eq!(listed["type"], expected, "a {shape} queue: {listed}");
+    }
+    // An explicit type wins over the default.
+    let classic = unique("explicit");
+    let arguments = table(&[("x-queue-type", text("classic"))]);
+    bounded!(channel.queue_declare(classic.as_str().into(), durable(), arguments)).unwrap();
+    let listed = api.get(&format!("/api/queues/{vhost}/{classic}")).await;
+    assert_eq!(listed["type"], "classic", "{listed}");
+}

@@ -119,6 +119,7 @@ impl Broker {
                 &mut recovered,
             )?;
             vhost.set_limits(record.limits.max_connections, record.limits.max_queues);
+            vhost.set_default_queue_type(record.metadata.default_queue_type.as_deref());
             vhosts.insert(record.name, vhost);
         }
         store.forget_unclaimed(recovered);
@@ -195,8 +196,10 @@ impl Broker {
     /// Creates a vhost (or updates its description and tags).
     pub async fn add_vhost(&self, name: &str, metadata: VHostMetadata) -> Result<(), BrokerError> {
         check_vhost_name(name)?;
+        let default_queue_type = metadata.default_queue_type.clone();
         self.access.put_vhost(name, metadata).await?;
-        if self.vhost(name).is_some() {
+        if let Some(vhost) = self.vhost(name) {
+            vhost.set_default_queue_type(default_queue_type.as_deref());
             return Ok(());
         }
         // A vhost deleted by a process killed before it removed the vhost's definitions
@@ -229,6 +232,7 @@ impl Broker {
             .map_err(|error| {
                 BrokerError::internal(format!("cannot create vhost '{name}': {error}"))
             })?;
+        vhost.set_default_queue_type(default_queue_type.as_deref());
         // Two creations racing: the first one's vhost stays.
         self.vhosts.write().entry(name.to_owned()).or_insert(vhost);
         tracing::info!(vhost = name, "vhost created");
@@ -330,6 +334,7 @@ impl Broker {
         for record in self.access.vhost_records() {
             if let Some(vhost) = self.vhost(&record.name) {
                 vhost.set_limits(record.limits.max_connections, record.limits.max_queues);
+                vhost.set_default_queue_type(record.metadata.default_queue_type.as_deref());
                 vhost
                     .set_policies(self.access.policy_set(&record.name))
                     .await;

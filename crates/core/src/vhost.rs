@@ -12,7 +12,7 @@
 //! so nobody gets declare-ok for something that is not on disk.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
 use arc_swap::ArcSwap;
@@ -111,6 +111,8 @@ pub struct VHost {
     /// Limits (`max-connections`, `max-queues`), negative for none.
     max_connections: AtomicI64,
     max_queues: AtomicI64,
+    /// The vhost's `default_queue_type` is stream (see `apply_default_queue_type`).
+    default_stream: AtomicBool,
     /// Client connections open in this vhost now.
     connections: AtomicUsize,
     /// What was published to each exchange (management API).
@@ -142,6 +144,7 @@ impl VHost {
             policies: ArcSwap::from_pointee(policies),
             max_connections: AtomicI64::new(-1),
             max_queues: AtomicI64::new(-1),
+            default_stream: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             exchange_stats: ExchangeStatsTable::default(),
             this: this.clone(),

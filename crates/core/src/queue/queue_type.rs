@@ -221,10 +221,12 @@ impl QueueType {
 /// every durable queue declared without a type a quorum queue.
 pub fn check_default_queue_type(vhost: &str, default: Option<&str>) -> Result<(), BrokerError> {
     match default {
-        None | Some("" | "undefined" | "classic") => Ok(()),
+        None | Some("" | "undefined" | "classic" | "rabbit_classic_queue") => Ok(()),
+        Some("stream" | "rabbit_stream_queue") => Ok(()),
         Some(other) => Err(BrokerError::precondition_failed(format!(
             "vhost '{vhost}': default queue type '{other}' is not supported by Warren (only \
-             classic queues are); leave default_queue_type unset or set it to classic"
+             classic and stream are); leave default_queue_type unset or set it to classic \
+             or stream"
         ))),
     }
 }
@@ -272,6 +274,7 @@ mod tests {
             .ends_with("{unacceptable_type,long}"));
         assert!(check_default_queue_type("v", Some("quorum")).is_err());
         assert!(check_default_queue_type("v", Some("classic")).is_ok());
+        assert!(check_default_queue_type("v", Some("stream")).is_ok());
     }
 
     #[test]

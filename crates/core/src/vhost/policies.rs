@@ -88,6 +88,30 @@ impl VHost {
             .store(max_queues.unwrap_or(-1), Ordering::Relaxed);
     }
 
+    /// Sets the vhost's `default_queue_type` (checked by `check_default_queue_type`: unset,
+    /// classic or stream).
+    pub fn set_default_queue_type(&self, default: Option<&str>) {
+        let stream = matches!(default, Some("stream" | "rabbit_stream_queue"));
+        self.default_stream.store(stream, Ordering::Relaxed);
+    }
+
+    /// A new queue declared without `x-queue-type` takes the vhost's default type when its
+    /// properties suit that type (a stream: durable, neither exclusive nor auto-delete), and
+    /// stays classic otherwise, as RabbitMQ's `augment_declare_args` decides. Queues that
+    /// exist already keep their type.
+    pub(super) fn apply_default_queue_type(&self, req: &mut crate::vhost::QueueDeclare) {
+        let suits_stream = req.durable && !req.exclusive && !req.auto_delete;
+        if self.default_stream.load(Ordering::Relaxed)
+            && suits_stream
+            && !req.arguments.contains_key("x-queue-type")
+        {
+            req.arguments.insert(
+                "x-queue-type".into(),
+                crate::value::Value::Str(QueueType::Stream.name().into()),
+            );
+        }
+    }
+
     pub(super) fn check_queue_limit(&self, name: &str, queues: usize) -> Result<(), BrokerError> {
         let max = self.max_queues.load(Ordering::Relaxed);
         if max >= 0 && queues as i64 >= max {

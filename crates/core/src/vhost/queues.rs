@@ -81,6 +81,7 @@ impl VHost {
         if req.passive {
             return Err(self.no_queue(&req.name));
         }
+        self.apply_default_queue_type(&mut req);
         if req.name.is_empty() {
             let kind = QueueType::from_arguments("queue '' in vhost", &req.arguments)?;
             if !kind.capabilities().server_named {
