@@ -29,6 +29,15 @@ pub struct ConsumerSpec {
     /// Chunks received by every consumer (the lines' "chunk size").
     pub chunks: Arc<AtomicU64>,
     pub stop: Arc<AtomicBool>,
+    /// `--cmessages`: stop after this many messages.
+    pub limit: Option<u64>,
+}
+
+/// What a consumer with a `--cmessages` limit read, and how long it took from its subscribe.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    pub messages: u64,
+    pub seconds: f64,
 }
 
 /// What one read's frames added up to.
@@ -40,8 +49,13 @@ struct Batch {
     latencies_us: Vec<u64>,
 }
 
-/// Subscribes and consumes until `stop`.
-pub async fn run(mut connection: StreamConnection, spec: ConsumerSpec) -> Result<(), PerfError> {
+/// Subscribes and consumes until `stop`, or until `limit` messages came (then it says how
+/// long they took).
+pub async fn run(
+    mut connection: StreamConnection,
+    spec: ConsumerSpec,
+) -> Result<Option<Finished>, PerfError> {
+    let started = std::time::Instant::now();
     connection
         .subscribe(SUBSCRIPTION_ID, &spec.stream, spec.offset, spec.credit)
         .await?;
@@ -49,8 +63,21 @@ pub async fn run(mut connection: StreamConnection, spec: ConsumerSpec) -> Result
         latencies_us: Vec::with_capacity(64 * 1024),
         ..Batch::default()
     };
+    let mut received = 0;
     while !spec.stop.load(Ordering::Relaxed) {
         take_frames(&mut connection, &mut batch)?;
+        received += batch.records;
+        if spec.limit.is_some_and(|limit| received >= limit) {
+            let seconds = started.elapsed().as_secs_f64();
+            spec.stats
+                .received
+                .fetch_add(batch.records, Ordering::Relaxed);
+            connection.close().await;
+            return Ok(Some(Finished {
+                messages: received,
+                seconds,
+            }));
+        }
         if batch.chunks > 0 || batch.heartbeats > 0 {
             answer(&mut connection, &batch).await?;
             spec.stats
@@ -68,7 +95,7 @@ pub async fn run(mut connection: StreamConnection, spec: ConsumerSpec) -> Result
         }
     }
     connection.close().await;
-    Ok(())
+    Ok(None)
 }
 
 /// Takes every whole frame in the read buffer.

@@ -37,6 +37,8 @@ flags (stream-perf-test's names; defaults in brackets):
   -amlb, --max-length-bytes SIZE             retention of created streams (kb, mb, gb) [20gb]
   -smssb, --stream-max-segment-size-bytes SIZE  segment size of created streams [500mb]
   --credit N                chunks of credit per subscription, topped up per chunk [10]
+  -C,  --cmessages N        each consumer stops after N messages and prints how long they
+                            took from its subscribe; the run ends with the first to stop
   --json FILE               write the summary as JSON
   --help                    this text
 ";
@@ -64,6 +66,8 @@ pub struct StreamOptions {
     pub max_length_bytes: u64,
     pub segment_bytes_max: u64,
     pub credit: u16,
+    /// Messages after which a consumer stops (PerfTest's `--cmessages`).
+    pub consumer_messages: Option<u64>,
     pub json: Option<std::path::PathBuf>,
 }
 
@@ -90,6 +94,7 @@ const FLAGS: &[Flag] = &[
     flag("max-length-bytes", "amlb", true),
     flag("stream-max-segment-size-bytes", "smssb", true),
     flag("credit", "", true),
+    flag("cmessages", "C", true),
     flag("json", "", true),
 ];
 
@@ -170,6 +175,10 @@ impl StreamOptions {
             max_length_bytes: byte_size(given, "max-length-bytes", "20gb")?,
             segment_bytes_max: byte_size(given, "stream-max-segment-size-bytes", "500mb")?,
             credit: positive(given, "credit", 10)?,
+            consumer_messages: given
+                .value("cmessages")
+                .map(|_| positive(given, "cmessages", 1u64))
+                .transpose()?,
             json: given.value("json").map(std::path::PathBuf::from),
         };
         if options.producers == 0 && options.consumers == 0 {
@@ -394,6 +403,10 @@ mod tests {
             (2_000_000_000, 100_000_000)
         );
         assert_eq!(o.credit, 5);
+        assert_eq!(o.consumer_messages, None);
+        assert_eq!(parse("-C 10000000").consumer_messages, Some(10_000_000));
+        assert_eq!(parse("--cmessages 7").consumer_messages, Some(7));
+        assert!(StreamOptions::parse(&["-C".to_owned(), "0".to_owned()]).is_err());
         assert_eq!(parse("-s 1").size, 12);
         assert!(StreamOptions::parse(&["--help".to_owned()])
             .unwrap()

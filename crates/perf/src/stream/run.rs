@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::connection::{Created, StreamConnection};
-use super::consumer::{self, ConsumerSpec};
+use super::consumer::{self, ConsumerSpec, Finished};
 use super::options::StreamOptions;
 use super::producer::{self, ProducerSpec};
 use super::publish::PublishPlan;
@@ -38,7 +38,8 @@ pub async fn run(
     let stop = Arc::new(AtomicBool::new(false));
     let chunks = Arc::new(AtomicU64::new(0));
     let mut agents = Vec::new();
-    let mut tasks = start_consumers(options, &stop, &chunks, &mut agents).await?;
+    let finished = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = start_consumers(options, &stop, &chunks, &finished, &mut agents).await?;
     tasks.extend(start_producers(options, &stop, &mut agents).await?);
     let cpu_before = crate::cpu::process_cpu_seconds();
     let started = Instant::now();
@@ -61,6 +62,7 @@ pub async fn run(
     if let Some(error) = failure {
         return Err(error);
     }
+    write_finished(out, &finished);
     let report = StreamReport::new(
         collector.totals(),
         chunks.load(Ordering::Relaxed),
@@ -108,10 +110,29 @@ async fn create_streams(
 
 type Task = JoinHandle<Result<(), PerfError>>;
 
+type FinishedList = Arc<std::sync::Mutex<Vec<(usize, Finished)>>>;
+
+/// A line per consumer that stopped at `--cmessages`: its own figure, from its subscribe to
+/// its last message (the run's rate averages over the whole run).
+fn write_finished(out: &mut (dyn Write + Send), finished: &FinishedList) {
+    let mut finished = finished.lock().map(|list| list.clone()).unwrap_or_default();
+    finished.sort_by_key(|(i, _)| *i);
+    for (i, done) in finished {
+        let rate = done.messages as f64 / done.seconds.max(1e-9);
+        writeln!(
+            out,
+            "consumer {i}: {} messages in {:.3} s from its subscribe, {rate:.0} msg/s",
+            done.messages, done.seconds
+        )
+        .ok();
+    }
+}
+
 async fn start_consumers(
     options: &StreamOptions,
     stop: &Arc<AtomicBool>,
     chunks: &Arc<AtomicU64>,
+    finished: &FinishedList,
     agents: &mut Vec<Arc<AgentStats>>,
 ) -> Result<Vec<Task>, PerfError> {
     let mut tasks = Vec::new();
@@ -128,8 +149,17 @@ async fn start_consumers(
             stats,
             chunks: chunks.clone(),
             stop: stop.clone(),
+            limit: options.consumer_messages,
         };
-        tasks.push(tokio::spawn(consumer::run(connection, spec)));
+        let finished = finished.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Some(done) = consumer::run(connection, spec).await? {
+                if let Ok(mut list) = finished.lock() {
+                    list.push((i, done));
+                }
+            }
+            Ok(())
+        }));
     }
     Ok(tasks)
 }
