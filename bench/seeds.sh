@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The seed benchmark suite (issue 30, point 9): every seed workload against a private
 # RabbitMQ node and then against Warren, one broker at a time on this machine, summed up in
-# ONE table (rate, latency p50/p99, broker CPU per message, Warren/RabbitMQ ratios) and a
+# ONE table (rate, latency p50/p95/p99, broker CPU per message, Warren/RabbitMQ ratios) and a
 # PNG chart of the ratios. See bench/README.md.
 #
 #   bench/seeds.sh [--seconds N] [--only ID,ID...] [--only-broker warren|rabbitmq]
@@ -38,7 +38,7 @@
 #
 # Writes into --out-dir (default bench/results), with STAMP the start time:
 #   seeds-STAMP.txt   a header (date, machine, binaries, label), then the table
-#   seeds-STAMP.csv   workload,broker,rate_msg_s,rate_mib_s,p50_us,p99_us,cpu_us_per_msg,
+#   seeds-STAMP.csv   workload,broker,rate_msg_s,rate_mib_s,p50_us,p95_us,p99_us,cpu_us_per_msg,
 #                     cpu_ms_per_mib,kib_per_connection
 #   seeds-STAMP.png   Warren/RabbitMQ ratios per workload (rate; CPU per message or per
 #                     connection), drawn by warren-plot
@@ -83,8 +83,8 @@ main() {
   summary="$out_dir/seeds-$STAMP.txt"
   csv="$out_dir/seeds-$STAMP.csv"
   ensure_warren
-  echo "workload,broker,rate_msg_s,rate_mib_s,p50_us,p99_us,cpu_us_per_msg,cpu_ms_per_mib,"`
-    `"kib_per_connection" >"$csv"
+  echo "workload,broker,rate_msg_s,rate_mib_s,p50_us,p95_us,p99_us,cpu_us_per_msg,"`
+    `"cpu_ms_per_mib,kib_per_connection" >"$csv"
   local loads=() id
   for id in "${selected[@]}"; do
     [[ "$id" == C10k ]] || loads+=("$id")

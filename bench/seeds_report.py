@@ -6,7 +6,7 @@
     seeds_report.py table CSV                   the table: each broker's row, then W/R
     seeds_report.py ratios CSV                  index,workload,figure,ratio for warren-plot
 
-CSV columns: workload,broker,rate_msg_s,rate_mib_s,p50_us,p99_us,cpu_us_per_msg,
+CSV columns: workload,broker,rate_msg_s,rate_mib_s,p50_us,p95_us,p99_us,cpu_us_per_msg,
 cpu_ms_per_mib,kib_per_connection (empty where a figure does not apply). The MiB columns are
 filled for the W9 workloads (1 MiB bodies) only.
 """
@@ -17,13 +17,14 @@ import sys
 BROKERS = ("rabbitmq", "warren")
 COST = "cost: CPU per message or KiB per connection"  # one chart line for both
 MIB = 1048576
-COLUMNS = ("workload", "broker", "rate_msg_s", "rate_mib_s", "p50_us", "p99_us",
+COLUMNS = ("workload", "broker", "rate_msg_s", "rate_mib_s", "p50_us", "p95_us", "p99_us",
            "cpu_us_per_msg", "cpu_ms_per_mib", "kib_per_connection")
 # (column, heading, width, format of a figure)
 TABLE = (
     ("rate_msg_s", "msg/s", 11, "{:,.0f}"),
     ("rate_mib_s", "MiB/s", 8, "{:,.0f}"),
     ("p50_us", "p50 µs", 9, "{:,.0f}"),
+    ("p95_us", "p95 µs", 9, "{:,.0f}"),
     ("p99_us", "p99 µs", 9, "{:,.0f}"),
     ("cpu_us_per_msg", "CPU µs/msg", 11, "{:,.2f}"),
     ("cpu_ms_per_mib", "CPU ms/MiB", 11, "{:,.3f}"),
@@ -41,15 +42,16 @@ def compare_rows(workload, log, body_bytes):
         if not received or not cpu:
             continue
         latency = re.search(rf"^{broker}: consumer latency: +min \S+ median (\S+) p75 \S+ "
-                            rf"p95 \S+ p99 (\S+) µs", text, re.M)
-        p50, p99 = (latency.group(1), latency.group(2)) if latency else ("", "")
+                            rf"p95 (\S+) p99 (\S+) µs", text, re.M)
+        p50, p95, p99 = latency.groups() if latency else ("", "", "")
         rate = int(received.group(1))
         cpu_us = float(cpu.group(1))
         big = workload.startswith("W9")
         rows.append({
             "workload": workload, "broker": broker, "rate_msg_s": rate,
             "rate_mib_s": f"{rate * body_bytes / MIB:.1f}" if big else "",
-            "p50_us": p50 if p50 != "?" else "", "p99_us": p99 if p99 != "?" else "",
+            "p50_us": p50 if p50 != "?" else "", "p95_us": p95 if p95 != "?" else "",
+            "p99_us": p99 if p99 != "?" else "",
             "cpu_us_per_msg": f"{cpu_us:.2f}",
             "cpu_ms_per_mib": f"{cpu_us * MIB / body_bytes / 1000:.3f}" if big else "",
             "kib_per_connection": "",
@@ -106,13 +108,14 @@ def print_table(path):
     for workload, brokers in table.items():
         for broker in BROKERS:
             if broker in brokers:
-                figures = "".join(f" {cell(number(brokers[broker][c]), fmt, w)}"
+                figures = "".join(f" {cell(number(brokers[broker].get(c)), fmt, w)}"
                                   for c, _, w, fmt in TABLE)
                 print(f"{workload:<10} {broker:<9}{figures}")
         if all(b in brokers for b in BROKERS):
             ratios = ""
             for column, _, width, _ in TABLE:
-                w, r = number(brokers["warren"][column]), number(brokers["rabbitmq"][column])
+                w = number(brokers["warren"].get(column))
+                r = number(brokers["rabbitmq"].get(column))
                 value = f"{w / r:.2f}x" if w is not None and r else "-"
                 ratios += f" {value:>{width}}"
             print(f"{workload:<10} {'W/R':<9}{ratios}")
