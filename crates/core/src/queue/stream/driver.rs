@@ -439,3 +439,7 @@ mod tests;
 #[cfg(test)]
 #[path = "power_cut_test.rs"]
 mod power_cut_tests;
+
+#[cfg(test)]
+#[path = "test_support.rs"]
+mod test_support;

@@ -2,38 +2,19 @@
 //! stream protocol's `StreamHandle` (dedup, publisher sequence, tracked offsets, the committed
 //! end, deletion) and the queue mailbox (AMQP publishes with confirm tickets, consumers).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use warren_store::Entry;
 
+use super::test_support::{start_stream, BodyEncoding};
 use super::*;
 use crate::confirm::ConfirmWaits;
 use crate::consumer::{Consumer, Event, Outbox};
 use crate::message::Message;
 use crate::queue::stream::{ConfirmInbox, StreamOutcome, StreamPublish};
 use crate::queue::ConsumeStart;
-use crate::value::Table;
-
-/// Records are message bodies; a record reads back as a message with that body.
-#[derive(Debug)]
-struct BodyEncoding;
-
-impl StreamEncoding for BodyEncoding {
-    fn encode(&self, message: &Message) -> bytes::Bytes {
-        message.body.to_bytes()
-    }
-
-    fn decode(&self, _offset: u64, record: Bytes) -> Result<Message, String> {
-        Ok(Message::new(
-            Bytes::new(),
-            Bytes::new(),
-            Bytes::new(),
-            record,
-        ))
-    }
-}
 
 fn storage(dir: &std::path::Path) -> StreamStorage {
     StreamStorage {
@@ -45,25 +26,7 @@ fn storage(dir: &std::path::Path) -> StreamStorage {
 }
 
 fn start(dir: &std::path::Path, restart: bool) -> QueueHandle {
-    let def = QueueDef {
-        name: Arc::from("s"),
-        vhost: Arc::from("/"),
-        durable: true,
-        exclusive_owner: None,
-        auto_delete: false,
-        arguments: Table::new(),
-    };
-    let setup = Setup {
-        args: QueueArgs::default(),
-        on_auto_delete: Box::new(|| {}),
-        storage: None,
-        recovered: None,
-        vhost: Weak::new(),
-        credit: 100,
-        streams: Some(storage(dir)),
-        restart,
-    };
-    spawn(def, setup)
+    start_stream("s", storage(dir), restart)
 }
 
 fn batch(reference: Option<&str>, ids: &[u64], inbox: &Arc<ConfirmInbox>) -> StreamPublish {

@@ -4,65 +4,29 @@
 //! is `FaultyIo`, which drops whatever was not fsynced when the machine stops.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use warren_store::{Entry, FaultyIo, ReadStart};
 
+use super::test_support::{start_stream, BodyEncoding};
 use super::*;
 use crate::queue::stream::{ConfirmInbox, StreamOutcome, StreamPublish};
-use crate::value::Table;
 
 const BATCHES: u64 = 400;
 const PER_BATCH: u64 = 10;
 /// The power goes after this many batches were sent, with more still on the way.
 const CUT_AFTER: u64 = 250;
 
-#[derive(Debug)]
-struct BodyEncoding;
-
-impl StreamEncoding for BodyEncoding {
-    fn encode(&self, message: &crate::message::Message) -> Bytes {
-        message.body.to_bytes()
-    }
-
-    fn decode(&self, _offset: u64, record: Bytes) -> Result<crate::message::Message, String> {
-        Ok(crate::message::Message::new(
-            Bytes::new(),
-            Bytes::new(),
-            Bytes::new(),
-            record,
-        ))
-    }
-}
-
 fn start(root: &std::path::Path, io: &FaultyIo, fsync: bool, restart: bool) -> QueueHandle {
-    let def = QueueDef {
-        name: Arc::from("cut"),
-        vhost: Arc::from("/"),
-        durable: true,
-        exclusive_owner: None,
-        auto_delete: false,
-        arguments: Table::new(),
-    };
     let storage = StreamStorage {
         root: root.to_path_buf(),
         sync: warren_store::StreamSync::start(fsync).expect("stream sync"),
         io: Arc::new(io.clone()),
         encoding: Arc::new(BodyEncoding),
     };
-    let setup = Setup {
-        args: QueueArgs::default(),
-        on_auto_delete: Box::new(|| {}),
-        storage: None,
-        recovered: None,
-        vhost: Weak::new(),
-        credit: 100,
-        streams: Some(storage),
-        restart,
-    };
-    spawn(def, setup)
+    start_stream("cut", storage, restart)
 }
 
 /// Publishes `BATCHES` batches of ids without waiting for confirms, cuts the power after
