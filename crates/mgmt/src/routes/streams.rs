@@ -231,20 +231,16 @@ fn list_items(
     for entry in &connections {
         match listed {
             Listed::Connections => items.push(connection_json(state, entry)),
-            Listed::Publishers => items.extend(
-                entry
-                    .stream_publishers()
-                    .iter()
-                    .filter(|p| of_stream(&p.stream))
-                    .map(|p| publisher_json(state, entry, p)),
-            ),
-            Listed::Consumers => items.extend(
-                entry
-                    .stream_consumers()
-                    .iter()
-                    .filter(|c| of_stream(&c.stream))
-                    .map(|c| consumer_json(state, entry, c)),
-            ),
+            Listed::Publishers => {
+                let publishers = entry.stream_publishers();
+                let rows = publishers.iter().filter(|p| of_stream(&p.stream));
+                items.extend(rows.map(|p| publisher_json(state, entry, p)));
+            }
+            Listed::Consumers => {
+                let subscriptions = entry.stream_consumers();
+                let rows = subscriptions.iter().filter(|c| of_stream(&c.stream));
+                items.extend(rows.map(|c| consumer_json(state, entry, c)));
+            }
         }
     }
     Ok(items)
