@@ -1,6 +1,8 @@
 //! A stream-protocol connection's publishers and subscriptions, as the stream management
 //! plugin's `/api/stream/publishers` and `/api/stream/consumers` list them and `warren ctl
-//! list stream_publishers|stream_consumers` prints them.
+//! list stream_publishers|stream_consumers` prints them. Subscriptions also count as
+//! consumers (`/api/consumers`, a stream's `consumers`), as RabbitMQ's stream plugin reports
+//! them to its core metrics.
 //!
 //! The connection adds one when DeclarePublisher or Subscribe succeeds and keeps the guard it
 //! gets back beside its own publisher or subscription; dropping the guard removes it, so every

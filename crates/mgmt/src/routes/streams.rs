@@ -6,6 +6,9 @@
 //! (a user sees their own connections, monitors see all; closing takes an administrator or
 //! the owner), and the publisher and consumer lists show a user only those of their own
 //! connections unless they are a monitor (its `filter_user`).
+//!
+//! The nine list routes are one handler ([`list`]): what they list ([`Listed`]) times the
+//! path segments they have ([`Scope`]). A stream's tracking is in `stream_tracking.rs`.
 
 use std::sync::Arc;
 
