@@ -52,6 +52,12 @@ pub enum Command {
         /// Every vhost instead of --vhost.
         #[arg(long)]
         all_vhosts: bool,
+        /// The stream whose tracking `list stream-tracking` shows.
+        #[arg(long)]
+        stream: Option<String>,
+        /// What `list stream-tracking` shows: consumer offsets, writer sequences, or both.
+        #[arg(long = "type", value_enum, default_value_t = TrackingType::All)]
+        tracking_type: TrackingType,
     },
     /// Declare (create or update) an object.
     #[command(subcommand)]
@@ -114,6 +120,18 @@ pub enum ListKind {
     /// Stream protocol subscriptions (rabbitmqctl's list_stream_consumers).
     #[value(alias = "stream_consumers")]
     StreamConsumers,
+    /// A stream's stored consumer offsets and writer sequences (needs --stream; RabbitMQ's
+    /// list_stream_tracking).
+    #[value(alias = "stream_tracking")]
+    StreamTracking,
+}
+
+/// What `list stream-tracking` shows (RabbitMQ's `--offset`, `--writer`, `--all`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrackingType {
+    Offset,
+    Writer,
+    All,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -176,6 +176,7 @@ fn call(
         Output::Status => render::status(&parse(request, &body)?),
         Output::Routed => render::routed(&parse(request, &body)?),
         Output::Messages => table::format_items(&parse(request, &body)?, plan::MESSAGES),
+        Output::Tracking => render::tracking(&parse(request, &body)?),
         Output::Alarms => render::alarms(200, &parse(request, &body)?).0,
     };
     Ok(Outcome::ok(text))

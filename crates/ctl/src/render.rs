@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::plan::LISTENERS;
+use crate::plan::{LISTENERS, TRACKING};
 use crate::table::{cell, field, format_items, format_table};
 
 /// `status`: GET /api/overview as a key/value table and the listeners.
@@ -89,4 +89,21 @@ pub fn routed(answer: &Value) -> String {
         Some(routed) => format!("routed: {routed}\n"),
         None => format!("unexpected answer: {answer}\n"),
     }
+}
+
+/// `list stream-tracking`: one row per tracked reference, consumer offsets first, each sorted
+/// by reference; "No items" for a stream that tracks nothing.
+pub fn tracking(answer: &Value) -> String {
+    let mut rows = Vec::new();
+    for (key, kind) in [("offsets", "offset"), ("writers", "writer")] {
+        let Some(Value::Object(map)) = answer.get(key) else {
+            continue;
+        };
+        let mut references: Vec<(&String, &Value)> = map.iter().collect();
+        references.sort_by(|a, b| a.0.cmp(b.0));
+        rows.extend(references.into_iter().map(|(reference, value)| {
+            serde_json::json!({"reference": reference, "type": kind, "value": value})
+        }));
+    }
+    format_items(&Value::Array(rows), TRACKING)
 }

@@ -56,9 +56,9 @@ pub struct MgmtConfig {
     pub prometheus: Option<SocketAddr>,
     /// Prometheus over HTTPS (`prometheus.ssl.*`, 15691).
     pub prometheus_https: Option<TlsListener>,
-    /// The AMQP listeners, listed by `/api/overview` and checked by port-listener health
-    /// checks.
-    pub amqp_listeners: Vec<Listener>,
+    /// The protocol listeners (AMQP, AMQPS, stream), listed by `/api/overview` and checked by
+    /// the port- and protocol-listener health checks.
+    pub protocol_listeners: Vec<Listener>,
     pub data_dir: PathBuf,
 }
 
@@ -74,8 +74,8 @@ pub struct TlsListener {
 /// A bound listener as `/api/overview` lists it.
 #[derive(Debug, Clone)]
 pub struct Listener {
-    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `http`, `https`, `http/prometheus`,
-    /// `https/prometheus`.
+    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `stream`, `http`, `https`,
+    /// `http/prometheus`, `https/prometheus`.
     pub protocol: &'static str,
     pub addr: SocketAddr,
     /// The certificate file of a TLS listener.
@@ -162,7 +162,7 @@ pub async fn start_with_routes(
         prometheus_https_addr: addr_of(&prometheus_ports[1]),
         tasks: Vec::new(),
     };
-    let mut listeners = config.amqp_listeners.clone();
+    let mut listeners = config.protocol_listeners.clone();
     let bound = api_ports.iter().chain(&prometheus_ports).flatten();
     listeners.extend(bound.map(|bound| bound.entry.clone()));
     let rates = Arc::new(Rates::default());

@@ -224,7 +224,7 @@ fn render_process(state: &ApiState, f: &mut Family<'_>) {
 fn render_objects(state: &ApiState, f: &mut Family<'_>, queue_count: usize) {
     let connections = state.broker.registry().connections();
     let channels: usize = connections.iter().map(|c| c.channel_count()).sum();
-    let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+    let consumers: usize = connections.iter().map(|c| c.consumer_count()).sum();
     f.single(
         "rabbitmq_connections",
         "gauge",

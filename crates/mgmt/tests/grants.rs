@@ -33,7 +33,7 @@ async fn start(dir: &tempfile::TempDir) -> (Mgmt, watch::Sender<bool>) {
         https: None,
         prometheus: None,
         prometheus_https: None,
-        amqp_listeners: Vec::new(),
+        protocol_listeners: Vec::new(),
         data_dir,
     };
     let (shutdown, shutdown_rx) = watch::channel(false);

@@ -66,7 +66,7 @@ async fn start() -> Fixture {
         https: Some(tls_listener("management HTTPS")),
         prometheus: None,
         prometheus_https: Some(tls_listener("Prometheus HTTPS")),
-        amqp_listeners: Vec::new(),
+        protocol_listeners: Vec::new(),
         data_dir,
     };
     let (shutdown, shutdown_rx) = watch::channel(false);

@@ -141,8 +141,8 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let monitor = tokio::spawn(monitor.run(shutdown_rx.clone()));
-    let mgmt_config = mgmt_config(&config, &listeners)?;
     let stream_listeners = stream::bind(&config)?;
+    let mgmt_config = mgmt_config(&config, listeners.iter().chain(&stream_listeners))?;
     let mgmt = warren_mgmt::start(broker.clone(), mgmt_config, shutdown_rx.clone()).await?;
     let shared = Arc::new(connection::Shared {
         broker: broker.clone(),
@@ -177,11 +177,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningBroker> {
     })
 }
 
-/// The management plugin's listeners (HTTP API, Prometheus, with or without TLS) and the AMQP
-/// listeners it lists.
-fn mgmt_config(
+/// The management plugin's listeners (HTTP API, Prometheus, with or without TLS) and the
+/// protocol listeners (AMQP, AMQPS, stream) it lists.
+fn mgmt_config<'a>(
     config: &Config,
-    listeners: &[AmqpListener],
+    listeners: impl Iterator<Item = &'a AmqpListener>,
 ) -> anyhow::Result<warren_mgmt::MgmtConfig> {
     let https = |name: &str, https: &Option<config::HttpsConfig>, default_ip| {
         https
@@ -206,13 +206,12 @@ fn mgmt_config(
             .prometheus_port
             .map(|port| SocketAddr::new(config.prometheus_ip.unwrap_or(bind), port)),
         prometheus_https: https("prometheus.ssl", &config.prometheus_ssl, bind)?,
-        amqp_listeners: listeners
-            .iter()
+        protocol_listeners: listeners
             .map(|listener| warren_mgmt::Listener {
-                protocol: if listener.tls.is_some() {
-                    "amqp/ssl"
-                } else {
-                    "amqp"
+                protocol: match (listener.stream, listener.tls.is_some()) {
+                    (true, _) => "stream",
+                    (false, true) => "amqp/ssl",
+                    (false, false) => "amqp",
                 },
                 addr: listener.addr,
                 certfile: listener

@@ -37,5 +37,5 @@ pub use recovery::{Recovered, RecoveredMessage, RecoveredQueue};
 pub use store::{Store, StoreConfig, StoreStats};
 pub use stream::{
     Appended, Chunk, Entry, LogReader, LogStats, LogView, ReadStart, Retention, StreamLog,
-    StreamLogConfig, StreamSync,
+    StreamLogConfig, StreamSync, TrackingSnapshot,
 };

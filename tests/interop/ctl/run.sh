@@ -220,6 +220,14 @@ if [[ -n "$warren" ]] || ctl list stream-connections --all-vhosts >/dev/null 2>&
   done
   expect '^(No items$|\+)' list stream_publishers --vhost "$vh"
 fi
+# A fresh stream tracks no consumer offset and no writer sequence.
+if [[ -n "$warren" ]]; then
+  expect '^No items$' list stream-tracking --vhost "$vh" --stream q3
+  expect '^No items$' list stream-tracking --vhost "$vh" --stream q3 --type writer
+  expect '"offsets": \{\}' list stream-tracking --vhost "$vh" --stream q3 --json
+  expect_error 'needs --stream' list stream-tracking --vhost "$vh"
+  expect_error '404' list stream-tracking --vhost "$vh" --stream q1
+fi
 
 # --- policies, operator policies, limits ---------------------------------------------------
 expect "policy 'p1' declared" declare policy --vhost "$vh" --name p1 --pattern '^q1$' \

@@ -1,6 +1,8 @@
 //! A stream-protocol connection's publishers and subscriptions, as the stream management
 //! plugin's `/api/stream/publishers` and `/api/stream/consumers` list them and `warren ctl
-//! list stream_publishers|stream_consumers` prints them.
+//! list stream_publishers|stream_consumers` prints them. Subscriptions also count as
+//! consumers (`/api/consumers`, a stream's `consumers`), as RabbitMQ's stream plugin reports
+//! them to its core metrics.
 //!
 //! The connection adds one when DeclarePublisher or Subscribe succeeds and keeps the guard it
 //! gets back beside its own publisher or subscription; dropping the guard removes it, so every
@@ -12,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{ConnectionEntry, GlobalCounters};
+use super::{ConnectionEntry, GlobalCounters, Registry};
 
 /// A declared stream publisher.
 #[derive(Debug, Clone)]
@@ -72,6 +74,20 @@ impl StreamConsumerCounters {
     }
 }
 
+impl Registry {
+    /// The subscriptions reading stream `stream` of vhost `vhost`, on every connection.
+    pub fn stream_subscriptions(&self, vhost: &str, stream: &str) -> usize {
+        self.connections()
+            .iter()
+            .filter(|c| &*c.details.vhost == vhost)
+            .map(|c| {
+                let consumers = c.stream_consumers.lock();
+                consumers.iter().filter(|s| &*s.stream == stream).count()
+            })
+            .sum()
+    }
+}
+
 impl ConnectionEntry {
     /// The connection's stream publishers, by publisher id.
     pub fn stream_publishers(&self) -> Vec<StreamPublisherDetails> {
@@ -85,6 +101,13 @@ impl ConnectionEntry {
         let mut consumers = self.stream_consumers.lock().clone();
         consumers.sort_by_key(|c| c.subscription_id);
         consumers
+    }
+
+    /// AMQP consumers and subscriptions together, as RabbitMQ's core metrics count consumers
+    /// (its stream plugin reports every subscription as a consumer too).
+    pub fn consumer_count(&self) -> usize {
+        let subscriptions = self.stream_consumers.lock().len();
+        self.consumers.lock().len() + subscriptions
     }
 
     /// Lists a publisher until the returned guard drops.
@@ -250,6 +273,14 @@ mod tests {
         assert_eq!(listed[0].counters.snapshot(), [10, 8, 2]);
         let consumers = entry.stream_consumers();
         assert_eq!(consumers[0].counters.snapshot(), [4, 3]);
+        assert_eq!(
+            entry.consumer_count(),
+            1,
+            "a subscription counts as a consumer"
+        );
+        assert_eq!(registry.stream_subscriptions("/", "s1"), 1);
+        assert_eq!(registry.stream_subscriptions("/", "s2"), 0);
+        assert_eq!(registry.stream_subscriptions("other", "s1"), 0);
         assert_eq!(consumers[0].credits(), 4);
         let counters = registry.counters();
         assert_eq!(GlobalCounters::get(&counters.stream_received), 10);

@@ -129,6 +129,12 @@ pub const MESSAGES: &[Column] = &[
     ("payload_encoding", "payload_encoding"),
     ("payload", "payload"),
 ];
+/// The rows `render::tracking` makes of a stream's tracking.
+pub const TRACKING: &[Column] = &[
+    ("reference", "reference"),
+    ("type", "type"),
+    ("value", "value"),
+];
 pub const LISTENERS: &[Column] = &[
     ("node", "node"),
     ("protocol", "protocol"),
@@ -193,6 +199,9 @@ pub(super) fn list(kind: ListKind, vhost: &str, all_vhosts: bool) -> (String, &'
             "/api/stream/consumers",
             STREAM_CONSUMERS,
         ),
+        ListKind::StreamTracking => {
+            unreachable!("invariant: plan() maps list stream-tracking itself")
+        }
     };
     if all_vhosts {
         (all.to_string(), columns)

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 
-use crate::cli::{AckMode, BindingArgs, Cli, Command, DestinationType, LimitName, Purge};
+use crate::cli::{
+    AckMode, BindingArgs, Cli, Command, DestinationType, LimitName, ListKind, Purge, TrackingType,
+};
 
 mod columns;
 mod declare;
@@ -17,7 +19,7 @@ mod delete;
 #[cfg(test)]
 mod tests;
 
-pub use columns::{LISTENERS, MESSAGES};
+pub use columns::{LISTENERS, MESSAGES, TRACKING};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -72,6 +74,8 @@ pub enum Output {
     Routed,
     /// Get: an array of messages.
     Messages,
+    /// A stream's tracking: `{"offsets": {...}, "writers": {...}}`.
+    Tracking,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +138,15 @@ pub fn plan(cli: &Cli) -> Result<Plan, String> {
             request: Request::get("/api/health/checks/alarms".to_string()),
             output: Output::Alarms,
         },
-        Command::List { what, all_vhosts } => {
+        Command::List {
+            what: ListKind::StreamTracking,
+            all_vhosts,
+            stream,
+            tracking_type,
+        } => plan_stream_tracking(vhost, *all_vhosts, stream.as_deref(), *tracking_type)?,
+        Command::List {
+            what, all_vhosts, ..
+        } => {
             let (path, columns) = columns::list(*what, vhost, *all_vhosts);
             Plan::Call {
                 request: Request::get(path),
@@ -174,6 +186,32 @@ pub fn plan(cli: &Cli) -> Result<Plan, String> {
             file: file.clone(),
         },
         Command::Import { file } => Plan::Import { file: file.clone() },
+    })
+}
+
+/// `list stream-tracking`: the stream management plugin's tracking of one stream.
+fn plan_stream_tracking(
+    vhost: &str,
+    all_vhosts: bool,
+    stream: Option<&str>,
+    tracking_type: TrackingType,
+) -> Result<Plan, String> {
+    if all_vhosts {
+        return Err("list stream-tracking shows one stream: give --vhost, not --all-vhosts".into());
+    }
+    let stream = stream.ok_or("list stream-tracking needs --stream NAME")?;
+    let kind = match tracking_type {
+        TrackingType::Offset => "offset",
+        TrackingType::Writer => "writer",
+        TrackingType::All => "all",
+    };
+    Ok(Plan::Call {
+        request: Request::get(format!(
+            "/api/stream/{}/{}/tracking?type={kind}",
+            encode(vhost),
+            encode(stream)
+        )),
+        output: Output::Tracking,
     })
 }
 

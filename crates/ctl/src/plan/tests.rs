@@ -356,3 +356,55 @@ fn publish_get_export_import() {
         }
     );
 }
+
+#[test]
+fn stream_tracking_is_of_one_stream() {
+    assert_eq!(
+        request_of("list stream-tracking --vhost v/1 --stream s/1"),
+        get("/api/stream/v%2F1/s%2F1/tracking?type=all")
+    );
+    assert_eq!(
+        request_of("list stream_tracking --stream s --type offset"),
+        get("/api/stream/%2F/s/tracking?type=offset")
+    );
+    assert_eq!(
+        plan_of("list stream-tracking --stream s --type writer"),
+        Plan::Call {
+            request: Request::get("/api/stream/%2F/s/tracking?type=writer".to_string()),
+            output: Output::Tracking,
+        }
+    );
+    for args in [
+        "list stream-tracking",
+        "list stream-tracking --stream s --all-vhosts",
+    ] {
+        let cli =
+            Cli::try_parse_from(std::iter::once("warren ctl").chain(args.split(' '))).unwrap();
+        assert!(
+            plan(&cli).unwrap_err().contains("stream-tracking"),
+            "{args}"
+        );
+    }
+}
+
+#[test]
+fn stream_tracking_rows() {
+    let answer = json!({"offsets": {"b": 7, "a": 2}, "writers": {"app": 12}});
+    let text = crate::render::tracking(&answer);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(
+        rows,
+        [
+            "| reference | type   | value |",
+            "| a         | offset | 2     |",
+            "| b         | offset | 7     |",
+            "| app       | writer | 12    |",
+        ]
+    );
+    let empty = json!({"offsets": {}, "writers": {}});
+    assert_eq!(crate::render::tracking(&empty), "No items\n");
+    assert_eq!(
+        crate::render::tracking(&json!({"writers": {}})),
+        "No items\n"
+    );
+}

@@ -1,4 +1,5 @@
 //! `/api/connections`, `/api/channels` and `/api/consumers`, from the broker's registry.
+//! `/api/consumers` lists stream subscriptions too, as RabbitMQ does.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use serde_json::{json, Value as Json_};
 use warren_core::registry::{ChannelDetails, ConnectionEntry, ConsumerDetails};
 use warren_core::stats::CHANNEL_STATS;
 
-use super::{message_stats, rate};
+use super::{message_stats, rate, streams};
 use crate::auth::AuthUser;
 use crate::convert::{self, table_to_json};
 use crate::error::{ApiError, ApiResult};
@@ -360,38 +361,48 @@ pub(crate) fn close_reason(headers: &HeaderMap) -> String {
         .to_string()
 }
 
+/// A connection's consumers as `/api/consumers` lists them, of one queue when `queue` names
+/// one: its AMQP consumers, then its stream subscriptions.
+fn consumers_of_connection(
+    state: &ApiState,
+    entry: &ConnectionEntry,
+    queue: Option<&str>,
+) -> Vec<Json_> {
+    let of_queue = |name: &str| queue.is_none_or(|q| name == q);
+    let amqp = entry
+        .consumers()
+        .iter()
+        .filter(|c| of_queue(&c.queue))
+        .map(|c| consumer_json(state, entry, c))
+        .collect::<Vec<_>>();
+    let subscriptions = entry
+        .stream_consumers()
+        .iter()
+        .filter(|c| of_queue(&c.stream))
+        .map(|c| streams::subscription_as_consumer_json(state, entry, c))
+        .collect::<Vec<_>>();
+    [amqp, subscriptions].concat()
+}
+
 /// The consumers of one queue (a single queue's `consumer_details`).
 pub(crate) fn consumers_of_queue(state: &ApiState, vhost: &str, queue: &str) -> Vec<Json_> {
-    let mut out = Vec::new();
-    for connection in state.broker.registry().connections() {
-        if &*connection.details.vhost != vhost {
-            continue;
-        }
-        for consumer in connection.consumers() {
-            if consumer.queue == queue {
-                out.push(consumer_json(state, &connection, &consumer));
-            }
-        }
-    }
-    out
+    let connections = state.broker.registry().connections();
+    connections
+        .iter()
+        .filter(|c| &*c.details.vhost == vhost)
+        .flat_map(|c| consumers_of_connection(state, c, Some(queue)))
+        .collect()
 }
 
 /// The consumers a user sees: of one vhost or all, and only those on the user's own
 /// connections unless they are a monitor (RabbitMQ's `filter_user`).
 fn consumers_where(state: &ApiState, user: &AuthUser, vhost: Option<&str>) -> Vec<Json_> {
-    state
-        .broker
-        .registry()
-        .connections()
+    let connections = state.broker.registry().connections();
+    connections
         .iter()
         .filter(|c| vhost.is_none_or(|v| &*c.details.vhost == v))
         .filter(|c| user.is_monitor() || owns(user, c))
-        .flat_map(|c| {
-            c.consumers()
-                .iter()
-                .map(|consumer| consumer_json(state, c, consumer))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|c| consumers_of_connection(state, c, None))
         .collect()
 }
 

@@ -9,6 +9,7 @@ mod extras;
 pub(crate) mod overview;
 mod permit;
 mod queues;
+pub(crate) mod stream_tracking;
 pub(crate) mod streams;
 mod unsupported;
 
@@ -79,36 +80,34 @@ fn connection_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
         .route("/api/consumers/{vhost}", get(connections::consumers_in))
 }
 
-/// The stream management plugin's routes: stream connections, publishers and consumers.
+/// The stream management plugin's routes: stream connections, publishers and consumers, and
+/// a stream's tracking.
 fn stream_routes(api: Router<Arc<ApiState>>) -> Router<Arc<ApiState>> {
-    api.route("/api/stream/connections", get(streams::connections))
-        .route(
-            "/api/stream/connections/{vhost}",
-            get(streams::connections_in),
-        )
-        .route(
-            "/api/stream/connections/{vhost}/{name}",
-            get(streams::connection).delete(streams::close),
-        )
+    use streams::{list, Listed};
+    let connection = get(streams::connection).delete(streams::close);
+    api.route("/api/stream/connections", list(Listed::Connections))
+        .route("/api/stream/connections/{vhost}", list(Listed::Connections))
+        .route("/api/stream/connections/{vhost}/{name}", connection)
         .route(
             "/api/stream/connections/{vhost}/{name}/publishers",
-            get(streams::connection_publishers),
+            list(Listed::Publishers),
         )
         .route(
             "/api/stream/connections/{vhost}/{name}/consumers",
-            get(streams::connection_consumers),
+            list(Listed::Consumers),
         )
-        .route("/api/stream/publishers", get(streams::publishers))
-        .route(
-            "/api/stream/publishers/{vhost}",
-            get(streams::publishers_in),
-        )
+        .route("/api/stream/publishers", list(Listed::Publishers))
+        .route("/api/stream/publishers/{vhost}", list(Listed::Publishers))
         .route(
             "/api/stream/publishers/{vhost}/{stream}",
-            get(streams::publishers_of),
+            list(Listed::Publishers),
         )
-        .route("/api/stream/consumers", get(streams::consumers))
-        .route("/api/stream/consumers/{vhost}", get(streams::consumers_in))
+        .route("/api/stream/consumers", list(Listed::Consumers))
+        .route("/api/stream/consumers/{vhost}", list(Listed::Consumers))
+        .route(
+            "/api/stream/{vhost}/{queue}/tracking",
+            get(stream_tracking::tracking),
+        )
 }
 
 /// Exchanges: list, declare, delete, publish, and the bindings they take part in.

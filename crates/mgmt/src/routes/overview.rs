@@ -108,7 +108,7 @@ pub async fn overview(
                                       "basic": [600, 3600], "detailed": [600]},
     });
     if user.is_monitor() {
-        let consumers: usize = connections.iter().map(|c| c.consumers().len()).sum();
+        let consumers: usize = connections.iter().map(|c| c.consumer_count()).sum();
         body["object_totals"]["consumers"] = json!(consumers);
         add_node_wide(&state, &mut body);
     }

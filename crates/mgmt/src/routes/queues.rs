@@ -63,6 +63,11 @@ pub(crate) fn queue_json(state: &ApiState, queue: &QueueHandle) -> Json_ {
     });
     if let Some(stream) = queue.stream() {
         stream_figures(&mut body, stream);
+        // Stream-protocol subscriptions read the log without the queue knowing of them;
+        // RabbitMQ counts them among the stream's consumers.
+        let registry = state.broker.registry();
+        let subscriptions = registry.stream_subscriptions(&def.vhost, &def.name);
+        body["consumers"] = json!(stats.consumers + subscriptions as u64);
     }
     body
 }

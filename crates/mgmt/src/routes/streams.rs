@@ -6,12 +6,17 @@
 //! (a user sees their own connections, monitors see all; closing takes an administrator or
 //! the owner), and the publisher and consumer lists show a user only those of their own
 //! connections unless they are a monitor (its `filter_user`).
+//!
+//! The nine list routes are one handler ([`list`]): what they list ([`Listed`]) times the
+//! path segments they have ([`Scope`]). A stream's tracking is in `stream_tracking.rs`.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, MethodRouter};
 use axum::{Extension, Json};
+use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 use warren_core::registry::{ConnectionEntry, StreamConsumerDetails, StreamPublisherDetails};
 
@@ -64,11 +69,6 @@ pub(crate) fn consumer_json(
     consumer: &StreamConsumerDetails,
 ) -> Json_ {
     let [consumed, offset] = consumer.counters.snapshot();
-    let properties: serde_json::Map<String, Json_> = consumer
-        .properties
-        .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
     json!({
         "connection_details": connection_details(state, entry),
         "queue": {"name": &*consumer.stream, "vhost": &*entry.details.vhost},
@@ -79,8 +79,50 @@ pub(crate) fn consumer_json(
         "offset_lag": offset_lag(state, entry, consumer, consumed, offset),
         "active": true,
         "activity_status": "up",
-        "properties": properties,
+        "properties": properties_json(consumer),
         "node": state.node,
+    })
+}
+
+/// Subscribe's properties, as a JSON object of strings.
+fn properties_json(consumer: &StreamConsumerDetails) -> Json_ {
+    let properties: serde_json::Map<String, Json_> = consumer
+        .properties
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    Json_::Object(properties)
+}
+
+/// A subscription as `/api/consumers` and a queue's `consumer_details` show it. RabbitMQ's
+/// stream plugin reports every subscription to core metrics as a consumer (its
+/// `rabbit_stream_metrics:consumer_created`): tag `stream.subid-<id>`, no acks, no
+/// prefetch, Subscribe's properties as its arguments; its "channel" is the connection itself,
+/// which the management plugin shows as a channel with an empty name and number 0.
+pub(crate) fn subscription_as_consumer_json(
+    state: &ApiState,
+    entry: &ConnectionEntry,
+    consumer: &StreamConsumerDetails,
+) -> Json_ {
+    let d = &entry.details;
+    json!({
+        "consumer_tag": format!("stream.subid-{}", consumer.subscription_id),
+        "queue": {"name": &*consumer.stream, "vhost": &*d.vhost},
+        "ack_required": false,
+        "exclusive": false,
+        "prefetch_count": 0,
+        "arguments": properties_json(consumer),
+        "active": true,
+        "activity_status": "up",
+        "channel_details": {
+            "name": "",
+            "number": 0,
+            "connection_name": entry.name(),
+            "peer_host": d.peer.ip().to_string(),
+            "peer_port": d.peer.port(),
+            "user": d.user,
+            "node": state.node,
+        },
     })
 }
 
@@ -113,42 +155,98 @@ fn stream_next_offset(state: &ApiState, vhost: &str, stream: &str) -> Option<u64
     Some(queue.stream()?.view().next_offset())
 }
 
-/// The stream connections a user sees, of one vhost or all.
-fn stream_connections(
+/// What one of the plugin's list routes lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listed {
+    Connections,
+    Publishers,
+    Consumers,
+}
+
+impl Listed {
+    /// The field a list is sorted by when the request names none.
+    fn sort_key(self) -> &'static str {
+        match self {
+            Listed::Connections => "name",
+            Listed::Publishers => "publisher_id",
+            Listed::Consumers => "subscription_id",
+        }
+    }
+}
+
+/// The path segments a list route may have; each route has some of them.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Scope {
+    vhost: Option<String>,
+    /// A connection's name: the list is that connection's.
+    name: Option<String>,
+    /// A stream's name: the list is of that stream (404 when it does not exist).
+    stream: Option<String>,
+}
+
+/// Every list route of the plugin, as one handler: `GET /api/stream/connections`,
+/// `/api/stream/publishers` and `/api/stream/consumers`, each also `/{vhost}`;
+/// `/api/stream/publishers/{vhost}/{stream}`; and one connection's
+/// `/api/stream/connections/{vhost}/{name}/publishers` and `.../consumers`.
+pub(crate) fn list(listed: Listed) -> MethodRouter<Arc<ApiState>> {
+    get(
+        move |State(state): State<Arc<ApiState>>,
+              Extension(user): Extension<AuthUser>,
+              Path(scope): Path<Scope>,
+              Query(params): Query<Params>| async move {
+            let items = list_items(&state, &user, &scope, listed)?;
+            ApiResult::Ok(Json(query::list(items, &params, &[listed.sort_key()])?))
+        },
+    )
+}
+
+fn list_items(
     state: &ApiState,
     user: &AuthUser,
-    vhost: Option<&str>,
-) -> ApiResult<Vec<Arc<ConnectionEntry>>> {
-    let mut connections = connections_for(state, user, vhost)?;
-    connections.retain(|c| is_stream(c));
-    Ok(connections)
-}
-
-/// `GET /api/stream/connections`.
-pub async fn connections(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = stream_connections(&state, &user, None)?
-        .iter()
-        .map(|c| connection_json(&state, c))
-        .collect();
-    Ok(Json(query::list(items, &params, &["name"])?))
-}
-
-/// `GET /api/stream/connections/{vhost}`.
-pub async fn connections_in(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path(vhost): Path<String>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = stream_connections(&state, &user, Some(&vhost))?
-        .iter()
-        .map(|c| connection_json(&state, c))
-        .collect();
-    Ok(Json(query::list(items, &params, &["name"])?))
+    scope: &Scope,
+    listed: Listed,
+) -> ApiResult<Vec<Json_>> {
+    let vhost = scope.vhost.as_deref();
+    let stream = scope.stream.as_deref();
+    if let (Some(vhost), Some(stream)) = (vhost, stream) {
+        let exists = state
+            .broker
+            .vhost(vhost)
+            .is_some_and(|v| v.snapshot().queue(stream).is_some());
+        if !exists {
+            return Err(ApiError::not_found());
+        }
+    }
+    let connections = match (&scope.name, listed) {
+        (Some(name), _) => {
+            let vhost = vhost.unwrap_or_default();
+            vec![stream_connection(state, user, vhost, name, false)?]
+        }
+        (None, Listed::Connections) => {
+            let mut connections = connections_for(state, user, vhost)?;
+            connections.retain(|c| is_stream(c));
+            connections
+        }
+        (None, Listed::Publishers | Listed::Consumers) => visible(state, user, vhost)?,
+    };
+    let of_stream = |name: &str| stream.is_none_or(|s| name == s);
+    let mut items = Vec::new();
+    for entry in &connections {
+        match listed {
+            Listed::Connections => items.push(connection_json(state, entry)),
+            Listed::Publishers => {
+                let publishers = entry.stream_publishers();
+                let rows = publishers.iter().filter(|p| of_stream(&p.stream));
+                items.extend(rows.map(|p| publisher_json(state, entry, p)));
+            }
+            Listed::Consumers => {
+                let subscriptions = entry.stream_consumers();
+                let rows = subscriptions.iter().filter(|c| of_stream(&c.stream));
+                items.extend(rows.map(|c| consumer_json(state, entry, c)));
+            }
+        }
+    }
+    Ok(items)
 }
 
 /// One stream connection of a vhost: another protocol's, or one of another vhost, is 404.
@@ -194,38 +292,6 @@ pub async fn close(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /api/stream/connections/{vhost}/{name}/publishers`.
-pub async fn connection_publishers(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path((vhost, name)): Path<(String, String)>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let entry = stream_connection(&state, &user, &vhost, &name, false)?;
-    let items = entry
-        .stream_publishers()
-        .iter()
-        .map(|p| publisher_json(&state, &entry, p))
-        .collect();
-    Ok(Json(query::list(items, &params, &["publisher_id"])?))
-}
-
-/// `GET /api/stream/connections/{vhost}/{name}/consumers`.
-pub async fn connection_consumers(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path((vhost, name)): Path<(String, String)>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let entry = stream_connection(&state, &user, &vhost, &name, false)?;
-    let items = entry
-        .stream_consumers()
-        .iter()
-        .map(|c| consumer_json(&state, &entry, c))
-        .collect();
-    Ok(Json(query::list(items, &params, &["subscription_id"])?))
-}
-
 /// The stream connections whose publishers and consumers a user sees: of one vhost (404
 /// when it does not exist) or all, the user's own unless they are a monitor.
 fn visible(
@@ -243,97 +309,4 @@ fn visible(
             && (user.is_monitor() || c.details.user == user.name)
     });
     Ok(connections)
-}
-
-/// The publishers of the visible connections, of one stream when `stream` names one.
-pub(crate) fn publishers_where(
-    state: &ApiState,
-    user: &AuthUser,
-    vhost: Option<&str>,
-    stream: Option<&str>,
-) -> ApiResult<Vec<Json_>> {
-    let mut items = Vec::new();
-    for entry in visible(state, user, vhost)? {
-        for publisher in entry.stream_publishers() {
-            if stream.is_none_or(|s| *publisher.stream == *s) {
-                items.push(publisher_json(state, &entry, &publisher));
-            }
-        }
-    }
-    Ok(items)
-}
-
-/// The consumers of the visible connections.
-pub(crate) fn consumers_where(
-    state: &ApiState,
-    user: &AuthUser,
-    vhost: Option<&str>,
-) -> ApiResult<Vec<Json_>> {
-    let mut items = Vec::new();
-    for entry in visible(state, user, vhost)? {
-        for consumer in entry.stream_consumers() {
-            items.push(consumer_json(state, &entry, &consumer));
-        }
-    }
-    Ok(items)
-}
-
-/// `GET /api/stream/publishers`.
-pub async fn publishers(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = publishers_where(&state, &user, None, None)?;
-    Ok(Json(query::list(items, &params, &["publisher_id"])?))
-}
-
-/// `GET /api/stream/publishers/{vhost}`.
-pub async fn publishers_in(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path(vhost): Path<String>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = publishers_where(&state, &user, Some(&vhost), None)?;
-    Ok(Json(query::list(items, &params, &["publisher_id"])?))
-}
-
-/// `GET /api/stream/publishers/{vhost}/{stream}`: 404 when the stream does not exist.
-pub async fn publishers_of(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path((vhost, stream)): Path<(String, String)>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let exists = state
-        .broker
-        .vhost(&vhost)
-        .is_some_and(|v| v.snapshot().queue(&stream).is_some());
-    if !exists {
-        return Err(ApiError::not_found());
-    }
-    let items = publishers_where(&state, &user, Some(&vhost), Some(&stream))?;
-    Ok(Json(query::list(items, &params, &["publisher_id"])?))
-}
-
-/// `GET /api/stream/consumers`.
-pub async fn consumers(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = consumers_where(&state, &user, None)?;
-    Ok(Json(query::list(items, &params, &["subscription_id"])?))
-}
-
-/// `GET /api/stream/consumers/{vhost}`.
-pub async fn consumers_in(
-    State(state): State<Arc<ApiState>>,
-    Extension(user): Extension<AuthUser>,
-    Path(vhost): Path<String>,
-    Query(params): Query<Params>,
-) -> ApiResult<Json<Json_>> {
-    let items = consumers_where(&state, &user, Some(&vhost))?;
-    Ok(Json(query::list(items, &params, &["subscription_id"])?))
 }

@@ -87,10 +87,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("/api/login", "OAuth 2 login"),
     ("/api/stream/super-streams/{vhost}/{name}", "super streams"),
     (
-        "/api/stream/{vhost}/{queue}/tracking",
-        "listing a stream's tracked offsets and writers",
-    ),
-    (
         "/api/config/effective",
         "the effective configuration (an Erlang application environment)",
     ),

@@ -17,7 +17,7 @@ use super::chunk::{
 use super::recovery::{self, index_position};
 use super::segment::{IndexRecord, Segment};
 use super::sync::Waiter;
-use super::tracking::{Tracking, ID_BYTES_MAX};
+use super::tracking::{Tracking, TrackingSnapshot, ID_BYTES_MAX};
 use super::view::{Shared, NONE};
 use super::{Appended, Entry, LogView, Retention, StreamLogConfig, StreamSync};
 use crate::error::StoreError;
@@ -246,6 +246,11 @@ impl StreamLog {
             .sequences
             .get(reference)
             .map(|(_, sequence)| *sequence)
+    }
+
+    /// Every consumer offset and writer sequence the log tracks now.
+    pub fn tracking(&self) -> TrackingSnapshot {
+        self.tracking.snapshot()
     }
 
     pub fn set_retention(&mut self, retention: Retention) {

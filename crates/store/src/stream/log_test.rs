@@ -297,6 +297,16 @@ fn tracking_survives_reopen_rolls_and_retention() {
     assert_eq!(log.writer_sequence(b"producer-1"), Some(7));
     assert_eq!(log.writer_sequence(b"producer-2"), Some(99));
     assert_eq!(log.tracked_offset("consumer-1"), Some(5));
+    let tracking = log.tracking();
+    assert_eq!(tracking.offsets, [("consumer-1".to_string(), 5)]);
+    assert_eq!(
+        tracking.writers,
+        [
+            ("producer-1".to_string(), 7),
+            ("producer-2".to_string(), 99)
+        ],
+        "sorted by reference"
+    );
     let texts = read_all(&log.view(), ReadStart::First);
     assert!(
         texts.iter().all(|(_, text)| !text.is_empty()),

@@ -38,6 +38,7 @@ pub use chunk::Chunk;
 pub use log::StreamLog;
 pub use reader::LogReader;
 pub use sync::StreamSync;
+pub use tracking::TrackingSnapshot;
 pub use view::{LogStats, LogView, ReadStart};
 
 #[cfg(test)]

@@ -35,9 +35,38 @@ pub(crate) struct Tracking {
     pub offsets: FxHashMap<Bytes, u64>,
 }
 
+/// What the management API shows of a stream's tracking (RabbitMQ's `osiris:read_tracking`
+/// without timestamps): each reference with its value, sorted by reference. A reference that
+/// is not UTF-8 is shown lossily (clients send strings).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TrackingSnapshot {
+    /// Consumer reference -> stored offset.
+    pub offsets: Vec<(String, u64)>,
+    /// Writer (producer) reference -> last publishing id.
+    pub writers: Vec<(String, u64)>,
+}
+
 impl Tracking {
     pub fn is_empty(&self) -> bool {
         self.sequences.is_empty() && self.offsets.is_empty()
+    }
+
+    /// Both maps, copied out for a reader on another task.
+    pub fn snapshot(&self) -> TrackingSnapshot {
+        fn sorted(pairs: impl Iterator<Item = (String, u64)>) -> Vec<(String, u64)> {
+            let mut pairs: Vec<_> = pairs.collect();
+            pairs.sort_unstable();
+            pairs
+        }
+        let text = |id: &Bytes| String::from_utf8_lossy(id).into_owned();
+        TrackingSnapshot {
+            offsets: sorted(self.offsets.iter().map(|(id, offset)| (text(id), *offset))),
+            writers: sorted(
+                self.sequences
+                    .iter()
+                    .map(|(id, (_, sequence))| (text(id), *sequence)),
+            ),
+        }
     }
 
     /// Appends a user chunk's trailer for `writers` to `out`.

@@ -277,6 +277,7 @@ impl Writer {
             StreamCmd::QueryOffset { reference, reply } => {
                 let _ = reply.send(self.log.tracked_offset(&reference));
             }
+            StreamCmd::Tracking { reply } => drop(reply.send(self.log.tracking())),
         }
     }
 

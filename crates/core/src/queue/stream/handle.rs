@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use warren_store::{Entry, LogView};
+use warren_store::{Entry, LogView, TrackingSnapshot};
 
 use crate::error::BrokerError;
 
@@ -111,6 +111,9 @@ pub(crate) enum StreamCmd {
         reference: Arc<str>,
         reply: oneshot::Sender<Option<u64>>,
     },
+    Tracking {
+        reply: oneshot::Sender<TrackingSnapshot>,
+    },
 }
 
 impl StreamHandle {
@@ -187,6 +190,12 @@ impl StreamHandle {
         let reference = Arc::from(reference);
         self.request(|reply| StreamCmd::QueryOffset { reference, reply })
             .await
+    }
+
+    /// Every consumer offset and writer sequence the stream tracks, as its log holds them
+    /// (for the management API); the writer answers between two flushes.
+    pub async fn tracking(&self) -> Result<TrackingSnapshot, BrokerError> {
+        self.request(|reply| StreamCmd::Tracking { reply }).await
     }
 
     async fn send(&self, cmd: StreamCmd) -> Result<(), BrokerError> {
