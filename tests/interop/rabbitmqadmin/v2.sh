@@ -4,25 +4,29 @@
 # delete, import them back. Prints `N passed, N failed`.
 #
 # Usage: v2.sh HTTP_URL   (http://[user:pass@]host:port; guest/guest by default)
+#        v2.sh --install-only   (only the install below; .ci/run runs it in the background)
 # The binary is RABBITMQADMIN_V2 (default: $WARREN_TOOLS_DIR/rabbitmqadmin-v2/bin/rabbitmqadmin,
-# installed there with `cargo install rabbitmqadmin --locked` when missing; a cold build
-# takes a few minutes). The .ci/run stage `rabbitmqadmin-v2`.
+# installed there with `cargo install rabbitmqadmin --locked --debug` when missing: a debug
+# build is about half the CPU of a release one, and a few minutes cold). The .ci/run stage
+# `rabbitmqadmin-v2`.
 set -uo pipefail
 
-url="${1:?usage: v2.sh HTTP_URL}"
+url="${1:?usage: v2.sh HTTP_URL | --install-only}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 tools="${WARREN_TOOLS_DIR:-$REPO_ROOT/.tools}"
 bin="${RABBITMQADMIN_V2:-$tools/rabbitmqadmin-v2/bin/rabbitmqadmin}"
 if [[ ! -x "$bin" ]]; then
   echo "rabbitmqadmin-v2: installing the rabbitmqadmin crate into $tools/rabbitmqadmin-v2"
   log="$(mktemp)"
-  if ! cargo install rabbitmqadmin --locked --root "$tools/rabbitmqadmin-v2" >"$log" 2>&1; then
+  if ! cargo install rabbitmqadmin --locked --debug --root "$tools/rabbitmqadmin-v2" >"$log" 2>&1
+  then
     echo "rabbitmqadmin-v2: cargo install rabbitmqadmin failed:"; tail -n 30 "$log"; rm -f "$log"
     exit 1
   fi
   rm -f "$log"
   "$bin" --version
 fi
+[[ "$url" != --install-only ]] || exit 0
 rest="${url#*://}"
 user=guest password=guest
 if [[ "$rest" == *@* ]]; then
