@@ -3,6 +3,7 @@
 # broker. Installs Debian's chromium with apt-get when it is missing.
 #
 # Usage: run.sh HTTP_URL [AMQP_URL]   (default $WARREN_HTTP_URL, $WARREN_AMQP_URL)
+#        run.sh --install-only       (only the chromium install; .ci/prefetch runs it)
 #   PYTHON          interpreter with websocket-client (and pika) [default: the CI venv's
 #                   $WARREN_TOOLS_DIR/venv/bin/python when present, else python3]
 #   WARREN_UI_OUT   screenshot directory [default: tests/interop/ui/out]
@@ -10,6 +11,16 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+install_chromium() {
+  command -v chromium >/dev/null && return 0
+  echo "ui: installing chromium with apt-get"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+    >/dev/null || { echo "ui: apt-get install chromium failed"; exit 1; }
+}
+if [[ "${1:-}" == --install-only ]]; then
+  install_chromium
+  exit 0
+fi
 http_url="${1:-${WARREN_HTTP_URL:-}}"
 amqp_url="${2:-${WARREN_AMQP_URL:-}}"
 if [[ -z "$http_url" ]]; then
@@ -26,11 +37,7 @@ if [[ -z "$python" ]]; then
   fi
 fi
 
-if ! command -v chromium >/dev/null; then
-  echo "ui: installing chromium with apt-get"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-    >/dev/null || { echo "ui: apt-get install chromium failed"; exit 1; }
-fi
+install_chromium
 if ! "$python" -c 'import websocket' 2>/dev/null; then
   echo "ui: $python lacks websocket-client (pip install -r tests/interop/requirements.txt)"
   exit 1
