@@ -67,19 +67,17 @@ pub async fn run(
     while !spec.stop.load(Ordering::Relaxed) {
         take_frames(&mut connection, &mut batch)?;
         received += batch.records;
-        if spec.limit.is_some_and(|limit| received >= limit) {
-            let seconds = started.elapsed().as_secs_f64();
-            spec.stats
-                .received
-                .fetch_add(batch.records, Ordering::Relaxed);
-            connection.close().await;
-            return Ok(Some(Finished {
+        let finished = spec
+            .limit
+            .is_some_and(|limit| received >= limit)
+            .then(|| Finished {
                 messages: received,
-                seconds,
-            }));
-        }
+                seconds: started.elapsed().as_secs_f64(),
+            });
         if batch.chunks > 0 || batch.heartbeats > 0 {
-            answer(&mut connection, &batch).await?;
+            if finished.is_none() {
+                answer(&mut connection, &batch).await?;
+            }
             spec.stats
                 .received
                 .fetch_add(batch.records, Ordering::Relaxed);
@@ -87,6 +85,10 @@ pub async fn run(
             spec.stats.record_consumer_latencies(&batch.latencies_us);
             batch.latencies_us.clear();
             (batch.records, batch.chunks, batch.heartbeats) = (0, 0, 0);
+        }
+        if finished.is_some() {
+            connection.close().await;
+            return Ok(finished);
         }
         let what = connection.what.clone();
         let read = read_more(&mut connection.socket, &mut connection.read, &what);
