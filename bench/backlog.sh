@@ -360,16 +360,9 @@ backlog_client() {
 # restarted; times the launch to the "listening on" line (from the log's own timestamp) and
 # to the first TCP connection accepted.
 restart_broker() {
-  local binary log="$work_dir/warren/broker-restart.log" config=()
-  binary="$(warren_binary)"
-  [[ -z "$warren_config" ]] || config=(--config "$warren_config")
+  local log="$work_dir/warren/broker-restart.log"
   local launched="$EPOCHREALTIME"
-  RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
-    --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
-    --http-port "${warren_http_port:-0}" --prometheus-port "${warren_prometheus_port:-0}" \
-    ${warren_stream_port:+--stream-port "$warren_stream_port"} \
-    >"$log" 2>&1 </dev/null &
-  warren_pid=$!
+  launch_warren "$log"
   echo "$warren_pid" >"$pid_file"
   local tcp_at="" deadline=$((SECONDS + RESTART_TIMEOUT_S))
   while [[ -z "$tcp_at" ]]; do

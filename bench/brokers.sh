@@ -213,23 +213,13 @@ start_warren() {
   warren_data_dir="$work_dir/warren/data"
   warren_log="$work_dir/warren/broker.log"
   mkdir -p "$warren_data_dir"
-  local config=() management=(--http-port "$warren_http_port" \
-    --prometheus-port "$warren_prometheus_port")
-  [[ -z "$warren_config" ]] || config=(--config "$warren_config")
-  local stream=()
   warren_stream_port=""
   if "$binary" server --help 2>/dev/null | grep -q -- '--stream-port'; then
     warren_stream_port="$(free_port)" || return 1
-    stream=(--stream-port "$warren_stream_port")
   fi
-  [[ "$warren_management" != off ]] || management=(--no-management --no-prometheus)
   echo "warren: starting $binary on 127.0.0.1:$warren_port in $work_dir/warren" \
     "(management $warren_management)"
-  RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
-    --amqp-port "$warren_port" --data-dir "$warren_data_dir" ${config[@]+"${config[@]}"} \
-    ${stream[@]+"${stream[@]}"} \
-    "${management[@]}" >"$warren_log" 2>&1 </dev/null &
-  warren_pid=$!
+  launch_warren "$warren_log"
   if ! wait_for_tcp "$warren_pid" "$warren_port" "$BROKER_READY_TIMEOUT_S"; then
     if kill -0 "$warren_pid" 2>/dev/null; then
       echo "warren: not accepting TCP on $warren_port after ${BROKER_READY_TIMEOUT_S}s"
@@ -244,6 +234,22 @@ start_warren() {
     return 1
   fi
   echo "warren: pid $warren_pid${warren_stream_port:+, stream protocol on $warren_stream_port}"
+}
+
+# launch_warren LOG: starts Warren in the background with the ports, data directory, config
+# and management setting in the warren_* variables (as start_warren chose them; a restart
+# passes the same again), its output in LOG; sets warren_pid.
+launch_warren() {
+  local config=() stream=() management=(--http-port "$warren_http_port" \
+    --prometheus-port "$warren_prometheus_port")
+  [[ -z "$warren_config" ]] || config=(--config "$warren_config")
+  [[ -z "$warren_stream_port" ]] || stream=(--stream-port "$warren_stream_port")
+  [[ "$warren_management" != off ]] || management=(--no-management --no-prometheus)
+  RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$(warren_binary)" server \
+    --bind-address 127.0.0.1 --amqp-port "$warren_port" --data-dir "$warren_data_dir" \
+    ${config[@]+"${config[@]}"} ${stream[@]+"${stream[@]}"} "${management[@]}" \
+    >"$1" 2>&1 </dev/null &
+  warren_pid=$!
 }
 
 stop_warren() {

@@ -171,14 +171,9 @@ restart_phase() {
 
 # relaunch: the broker again on the same data dir and ports, timed from its launch.
 relaunch() {
-  local binary log="$work_dir/warren/broker-restart.log"
-  binary="$(warren_binary)"
+  local log="$work_dir/warren/broker-restart.log"
   local launched="$EPOCHREALTIME"
-  RUST_LOG="${WARREN_BENCH_RUST_LOG:-info}" "$binary" server --bind-address 127.0.0.1 \
-    --amqp-port "$warren_port" --data-dir "$warren_data_dir" \
-    --http-port "$warren_http_port" --prometheus-port "$warren_prometheus_port" \
-    --stream-port "$warren_stream_port" >"$log" 2>&1 </dev/null &
-  warren_pid=$!
+  launch_warren "$log"
   local stream_at="" amqp_at="" deadline=$((SECONDS + RESTART_TIMEOUT_S))
   while [[ -z "$stream_at" || -z "$amqp_at" ]]; do
     if ! kill -0 "$warren_pid" 2>/dev/null || [[ $SECONDS -ge $deadline ]]; then
